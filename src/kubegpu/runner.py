@@ -1,0 +1,213 @@
+"""Runs kubegpu playbooks through ansible-runner, with the hygiene STYLE.md asks for.
+
+- A fresh private data dir per run (mode 0700), removed afterwards unless kept on request.
+- An explicit environment: ANSIBLE_CONFIG, collections and roles paths of our content.
+- No secrets in extra vars or the environment: ansible-runner writes both to disk and puts extra
+  vars on the command line; we refuse variable names that look like secrets and suppress the env
+  files.
+- Results are read from structured data (runner stats, set_stats), never from stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+
+from kubegpu.content import KNOWN_TAGS, Content, find_content
+from kubegpu.errors import InputError
+from kubegpu.events import Event, normalize
+from kubegpu.result import HostFailure, HostStats, RunResult
+
+EventCallback = Callable[[Event], None]
+
+_SECRET_NAME = re.compile(r"(password|passwd|secret|token|private_key|credential)s?$", re.I)
+# Secret-looking names that are in fact paths to files, which is how secrets should be passed.
+_SECRET_NAME_OK = re.compile(r"(_file|_path)$", re.I)
+
+
+def _check_tags(variable: str, tags: Iterable[str] | None) -> list[str]:
+    result = [t.strip() for t in (tags or []) if t.strip()]
+    unknown = sorted(set(result) - KNOWN_TAGS)
+    if unknown:
+        raise InputError(
+            variable, f"unknown tag(s) {', '.join(unknown)}", ", ".join(sorted(KNOWN_TAGS))
+        )
+    return result
+
+
+def _check_extra_vars(extra_vars: Mapping[str, Any] | None) -> dict[str, Any]:
+    result = dict(extra_vars or {})
+    for name in result:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise InputError("extra_vars", f"{name!r} is not a valid variable name")
+        if _SECRET_NAME.search(name) and not _SECRET_NAME_OK.search(name):
+            raise InputError(
+                f"extra_vars.{name}",
+                "looks like a secret; ansible-runner writes extra vars to disk and the command "
+                "line",
+                "pass secrets in inventory files protected by ansible-vault, or as a *_file path",
+            )
+    return result
+
+
+def _prepare_inventory(inventory: str | Path | Mapping[str, Any], workdir: Path) -> str:
+    if isinstance(inventory, Mapping):
+        path = workdir / "inventory" / "hosts.json"
+        path.parent.mkdir(mode=0o700)
+        path.write_text(json.dumps(inventory, indent=2))
+        return str(path)
+    path = Path(inventory).expanduser()
+    if not path.exists():
+        raise InputError("inventory", f"{path} does not exist", "an inventory file or directory")
+    return str(path.resolve())
+
+
+def _environment(content: Content) -> dict[str, str]:
+    bindir = str(Path(sys.executable).parent)
+    env = {
+        "ANSIBLE_CONFIG": str(content.ansible_cfg),
+        "ANSIBLE_COLLECTIONS_PATH": str(content.collections_path),
+        "ANSIBLE_ROLES_PATH": str(content.roles_path),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        # ansible-playbook from the interpreter running us (a venv need not be activated).
+        "PATH": bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
+    }
+    if os.environ.get("ANSIBLE_HOST_KEY_CHECKING"):
+        env["ANSIBLE_HOST_KEY_CHECKING"] = os.environ["ANSIBLE_HOST_KEY_CHECKING"]
+    return env
+
+
+def _collect(
+    raw_events: list[dict[str, Any]],
+    runner_stats: Mapping[str, Any] | None,
+) -> tuple[
+    dict[str, HostStats], list[HostFailure], list[HostFailure], dict[str, Any], dict[str, Any]
+]:
+    failed: list[HostFailure] = []
+    unreachable: list[HostFailure] = []
+    set_stats: dict[str, Any] = {}
+    for raw in raw_events:
+        event = normalize(raw)
+        if event is None:
+            continue
+        if event.kind == "failed" and not event.ignored:
+            failed.append(HostFailure(event.host, event.task, event.message))
+        elif event.kind == "unreachable":
+            unreachable.append(HostFailure(event.host, event.task, event.message))
+        elif event.kind == "stats":
+            artifact = event.data.get("artifact_data") or {}
+            if isinstance(artifact, dict):
+                set_stats = artifact
+    hosts: dict[str, HostStats] = {}
+    stats = runner_stats or {}
+    names: set[str] = set()
+    for counts in stats.values():
+        if isinstance(counts, dict):
+            names.update(counts)
+    for name in sorted(names):
+        hosts[name] = HostStats(
+            ok=int(stats.get("ok", {}).get(name, 0)),
+            changed=int(stats.get("changed", {}).get(name, 0)),
+            failures=int(stats.get("failures", {}).get(name, 0)),
+            unreachable=int(stats.get("dark", {}).get(name, 0)),
+            skipped=int(stats.get("skipped", {}).get(name, 0)),
+            rescued=int(stats.get("rescued", {}).get(name, 0)),
+            ignored=int(stats.get("ignored", {}).get(name, 0)),
+        )
+    return hosts, failed, unreachable, set_stats, dict(stats)
+
+
+def run_playbook(
+    playbook: str | Path,
+    inventory: str | Path | Mapping[str, Any],
+    *,
+    limit: str | None = None,
+    tags: Iterable[str] | None = None,
+    skip_tags: Iterable[str] | None = None,
+    extra_vars: Mapping[str, Any] | None = None,
+    check: bool = False,
+    diff: bool = False,
+    on_event: EventCallback | None = None,
+    cancel: threading.Event | None = None,
+    forks: int | None = None,
+    verbosity: int = 0,
+    timeout: int | None = None,
+    keep_artifacts: bool = False,
+    content: Content | None = None,
+) -> RunResult:
+    """Run one playbook and return its structured result. Raises InputError on bad input."""
+    content = content or find_content()
+    playbook_path = Path(playbook)
+    if not playbook_path.is_absolute():
+        playbook_path = content.root / playbook_path
+    if not playbook_path.is_file():
+        raise InputError("playbook", f"{playbook_path} does not exist")
+    tag_list = _check_tags("tags", tags)
+    skip_list = _check_tags("skip_tags", skip_tags)
+    variables = _check_extra_vars(extra_vars)
+    if forks is not None and forks < 1:
+        raise InputError("forks", f"{forks} is not a positive number", "1 or more")
+
+    workdir = Path(tempfile.mkdtemp(prefix="kubegpu-run-"))
+    os.chmod(workdir, 0o700)
+    raw_events: list[dict[str, Any]] = []
+
+    def handle(raw: dict[str, Any]) -> bool:
+        raw_events.append(raw)
+        if on_event is not None:
+            event = normalize(raw)
+            if event is not None:
+                on_event(event)
+        return True
+
+    def cancelled() -> bool:
+        return cancel is not None and cancel.is_set()
+
+    try:
+        inventory_arg = _prepare_inventory(inventory, workdir)
+        cmdline = " ".join(flag for flag, on in (("--check", check), ("--diff", diff)) if on)
+        runner = ansible_runner.run(
+            private_data_dir=str(workdir),
+            playbook=str(playbook_path),
+            inventory=inventory_arg,
+            limit=limit,
+            tags=",".join(tag_list) or None,
+            skip_tags=",".join(skip_list) or None,
+            extravars=variables or None,
+            cmdline=cmdline or None,
+            envvars=_environment(content),
+            suppress_env_files=True,
+            event_handler=handle,
+            cancel_callback=cancelled,
+            forks=forks,
+            verbosity=verbosity or None,
+            timeout=timeout,
+            quiet=True,
+        )
+        hosts, failed, unreachable, set_stats, stats = _collect(raw_events, runner.stats)
+        return RunResult(
+            playbook=str(playbook_path),
+            status=str(runner.status),
+            rc=int(runner.rc if runner.rc is not None else -1),
+            hosts=hosts,
+            failed=failed,
+            unreachable=unreachable,
+            readiness=dict(set_stats.get("kubegpu_readiness") or {}),
+            cluster_readiness=dict(set_stats.get("kubegpu_cluster_readiness") or {}),
+            stats=stats,
+            artifacts_dir=workdir if keep_artifacts else None,
+        )
+    finally:
+        if not keep_artifacts:
+            shutil.rmtree(workdir, ignore_errors=True)

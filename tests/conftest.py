@@ -1,0 +1,28 @@
+"""Shared pytest fixtures: where the repository, its collection and the real captures live."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+COLLECTIONS = REPO_ROOT / "collections"
+# CI clones the repository next to a copy of shared/, so the captures sit beside the repo.
+FIXTURES_REAL = REPO_ROOT.parent / "shared" / "fixtures" / "real"
+
+if str(COLLECTIONS) not in sys.path:
+    sys.path.insert(0, str(COLLECTIONS))
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def fixtures_real() -> Path:
+    if not FIXTURES_REAL.is_dir():
+        pytest.fail(f"real captures not found at {FIXTURES_REAL}: shared/ must sit beside the repo")
+    return FIXTURES_REAL

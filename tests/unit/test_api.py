@@ -1,0 +1,200 @@
+"""The Python API and runner: real ansible-runner runs of small playbooks on localhost."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kubegpu
+from kubegpu import runner
+from kubegpu.content import KNOWN_TAGS, find_content
+from kubegpu.events import Event
+
+PLAYBOOKS = Path(__file__).resolve().parent.parent / "data" / "playbooks"
+
+
+def local_inventory(**hostvars: Any) -> dict[str, Any]:
+    return {
+        "all": {
+            "hosts": {
+                "local1": {
+                    "ansible_connection": "local",
+                    "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                    **hostvars,
+                }
+            }
+        }
+    }
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_success_reports_stats_events_and_set_stats(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    events: list[Event] = []
+    result = runner.run_playbook(
+        PLAYBOOKS / "ok.yml",
+        local_inventory(marker_path=str(marker)),
+        on_event=events.append,
+    )
+    assert result.ok, result
+    assert result.status == "successful" and result.rc == 0
+    assert result.hosts["local1"].changed == 1
+    assert result.hosts["local1"].failures == 0
+    assert marker.read_text() == "kubegpu test\n"
+    assert result.readiness == {
+        "local1": {
+            "verdict": "ready",
+            "checks": [{"name": "marker", "layer": "test", "status": "pass", "observed": str(marker)}],
+        }
+    }
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "playbook_start"
+    assert "play_start" in kinds and kinds[-1] == "stats"
+    changed = [e for e in events if e.kind == "ok" and e.changed]
+    assert [(e.host, e.task) for e in changed] == [("local1", "Write the marker file")]
+    # The private data dir was removed.
+    assert result.artifacts_dir is None
+
+
+def test_check_mode_changes_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    result = runner.run_playbook(
+        PLAYBOOKS / "ok.yml", local_inventory(marker_path=str(marker)), check=True, diff=True
+    )
+    assert result.ok
+    assert result.hosts["local1"].changed == 1  # it would change
+    assert not marker.exists()  # but did not
+
+
+def test_failed_task_surfaces_host_task_and_message() -> None:
+    result = runner.run_playbook(PLAYBOOKS / "fail.yml", local_inventory())
+    assert not result.ok
+    assert result.status == "failed" and result.rc == 2
+    assert result.failed_hosts == ["local1"]
+    assert len(result.failed) == 1  # the ignored failure does not count
+    failure = result.failed[0]
+    assert failure.task == "Stop here with a clear message"
+    assert failure.message == "the GPU layer is broken on purpose"
+    assert result.hosts["local1"].ignored == 1
+    assert result.unreachable == []
+
+
+def test_unreachable_host_is_reported() -> None:
+    inventory = {
+        "all": {
+            "hosts": {
+                "gone1": {
+                    "ansible_host": "127.0.0.1",
+                    "ansible_port": closed_port(),
+                    "ansible_user": "nobody",
+                    "ansible_ssh_common_args": "-o ConnectTimeout=3 -o BatchMode=yes",
+                    "ansible_host_key_checking": False,
+                }
+            }
+        }
+    }
+    result = runner.run_playbook(PLAYBOOKS / "ok.yml", inventory, extra_vars={"marker_path": "/x"})
+    assert not result.ok
+    assert result.unreachable_hosts == ["gone1"]
+    assert result.unreachable[0].task == "Write the marker file"
+    assert "Connection refused" in result.unreachable[0].message
+    assert result.hosts["gone1"].unreachable == 1
+
+
+def test_cancel_stops_the_run(tmp_path: Path) -> None:
+    stop = threading.Event()
+    stop.set()
+    result = runner.run_playbook(
+        PLAYBOOKS / "ok.yml", local_inventory(marker_path=str(tmp_path / "m")), cancel=stop
+    )
+    assert result.status == "canceled"
+    assert not result.ok
+
+
+def test_keep_artifacts_keeps_a_private_dir_without_env_files(tmp_path: Path) -> None:
+    result = runner.run_playbook(
+        PLAYBOOKS / "ok.yml",
+        local_inventory(marker_path=str(tmp_path / "m")),
+        keep_artifacts=True,
+    )
+    assert result.artifacts_dir is not None
+    try:
+        assert result.artifacts_dir.stat().st_mode & 0o777 == 0o700
+        assert not (result.artifacts_dir / "env" / "envvars").exists()
+    finally:
+        import shutil
+
+        shutil.rmtree(result.artifacts_dir)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "variable", "fragment"),
+    [
+        ({"tags": ["drivers"]}, "tags", "unknown tag(s) drivers"),
+        ({"skip_tags": ["nope"]}, "skip_tags", "unknown tag(s) nope"),
+        ({"extra_vars": {"registry_password": "x"}}, "extra_vars.registry_password", "secret"),
+        ({"extra_vars": {"not a name": 1}}, "extra_vars", "not a valid variable name"),
+    ],
+)
+def test_bad_input_is_refused_before_running(
+    kwargs: dict[str, Any], variable: str, fragment: str
+) -> None:
+    with pytest.raises(kubegpu.InputError) as info:
+        kubegpu.bootstrap(local_inventory(), **kwargs)
+    assert info.value.variable == variable
+    assert fragment in str(info.value)
+
+
+def test_missing_inventory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(kubegpu.InputError, match="does not exist"):
+        kubegpu.check(tmp_path / "nope.yml")
+
+
+def test_reset_needs_confirmation() -> None:
+    with pytest.raises(kubegpu.InputError, match="confirm"):
+        kubegpu.reset(local_inventory())
+
+
+def test_secret_paths_are_allowed() -> None:
+    assert runner._check_extra_vars({"registry_token_file": "/root/t"}) == {
+        "registry_token_file": "/root/t"
+    }
+
+
+def test_known_tags_match_the_playbooks(repo_root: Path) -> None:
+    import subprocess
+    import sys
+
+    content = find_content()
+    env = {"ANSIBLE_CONFIG": str(content.ansible_cfg), "PATH": str(Path(sys.executable).parent)}
+    tags: set[str] = set()
+    for playbook in ["site.yml", "playbooks/upgrade_driver.yml", "playbooks/reset.yml"]:
+        out = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "ansible-playbook"),
+                "--list-tags",
+                "-i",
+                "inventories/sample",
+                playbook,
+            ],
+            cwd=repo_root,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for line in out.splitlines():
+            if "TASK TAGS:" in line:
+                inner = line.split("TASK TAGS:", 1)[1].strip().strip("[]")
+                tags.update(t.strip() for t in inner.split(",") if t.strip())
+    assert tags
+    assert tags <= KNOWN_TAGS, tags - KNOWN_TAGS
