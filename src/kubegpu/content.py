@@ -47,8 +47,12 @@ class Content:
         return self.root / "collections"
 
     @property
+    def collection(self) -> Path:
+        return self.collections_path / "ansible_collections" / "kubegpu" / "gpu"
+
+    @property
     def roles_path(self) -> Path:
-        return self.root / "roles"
+        return self.collection / "roles"
 
     def playbook(self, entry_point: str) -> Path:
         return self.root / PLAYBOOKS[entry_point]

@@ -53,7 +53,9 @@ def test_success_reports_stats_events_and_set_stats(tmp_path: Path) -> None:
     assert result.readiness == {
         "local1": {
             "verdict": "ready",
-            "checks": [{"name": "marker", "layer": "test", "status": "pass", "observed": str(marker)}],
+            "checks": [
+                {"name": "marker", "layer": "test", "status": "pass", "observed": str(marker)}
+            ],
         }
     }
     kinds = [e.kind for e in events]
