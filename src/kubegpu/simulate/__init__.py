@@ -1,0 +1,320 @@
+"""The SIMULATED GPU: a test double for what cannot exist where kubegpu's tests run.
+
+No GPU, driver or nvidia-smi is available on the test machines. This package stands in for
+them, driven only by output captured on real GPU machines (shared/fixtures/real, listed in its
+SOURCES.md), and says that it is a simulation everywhere it appears:
+
+- ``nvidia_smi_replay.py`` (REPLAY_SCRIPT): a standalone python3 script that answers
+  ``nvidia-smi -q -x``, ``-L`` and ``--version`` from a capture set, and writes a line naming the
+  simulation to stderr on every call.
+- ``write_capture_set(dest, capture)``: the capture set the script reads.
+- ``write_replay(dest_dir, capture)``: the script as ``dest_dir/nvidia-smi`` with its capture set
+  beside it (``dest_dir/nvidia-smi.capture``); copy both to a node together.
+- ``build_simulated_host_root(dest, capture)``: a fake host root (sysfs PCI functions,
+  /proc/modules, /proc/driver/nvidia/version, /dev/nvidia*) consistent with the capture, with a
+  ``SIMULATED-GPU-README`` at its top.
+
+A capture is named by the stem of a file in nvidia-smi-xml/ (``telegraf-tesla-t4-515``) or by
+one of FAILURE_CAPTURES (``no-driver``), or given as a path to an nvidia-smi XML file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "FAILURE_CAPTURES",
+    "README_NAME",
+    "REPLAY_SCRIPT",
+    "Capture",
+    "CaptureError",
+    "build_simulated_host_root",
+    "find_fixtures",
+    "list_captures",
+    "resolve_capture",
+    "write_capture_set",
+    "write_replay",
+]
+
+REPLAY_SCRIPT = Path(__file__).with_name("nvidia_smi_replay.py")
+README_NAME = "SIMULATED-GPU-README"
+MARKER = "KUBEGPU-SIMULATED-NVIDIA-SMI"
+
+# Failure captures: the real message and the exit status nvidia-smi gives with it.
+FAILURE_CAPTURES: dict[str, tuple[str, int]] = {
+    "no-driver": ("nvidia-smi-errors/couldnt-communicate.txt", 9),
+    "no-devices": ("nvidia-smi-errors/no-devices-rtx5090-rebar-disabled-ogkm-862.txt", 6),
+    "driver-library-mismatch": ("nvidia-smi-errors/nvml-mismatch-550.144-intel-llvm-17614.txt", 18),
+}
+
+
+class CaptureError(ValueError):
+    """A capture name or path that does not lead to a real capture."""
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One real capture: its name, the file, where it was published, and its kind."""
+
+    name: str
+    path: Path
+    source: str
+    kind: str  # "xml" or "failure"
+    rc: int = 0
+
+
+def find_fixtures(start: Path | None = None) -> Path:
+    """shared/fixtures/real: $KUBEGPU_FIXTURES_REAL, else beside an ancestor of this package."""
+    env = os.environ.get("KUBEGPU_FIXTURES_REAL")
+    if env:
+        return Path(env)
+    here = (start or Path(__file__)).resolve()
+    for ancestor in here.parents:
+        candidate = ancestor / "shared" / "fixtures" / "real"
+        if candidate.is_dir():
+            return candidate
+    raise CaptureError(
+        "real captures not found: set KUBEGPU_FIXTURES_REAL or put shared/fixtures/real beside "
+        "the repository"
+    )
+
+
+def _source_of(fixtures: Path, relpath: str) -> str:
+    """The Source column of the file's row in SOURCES.md ('' when it has no row)."""
+    sources = fixtures / "SOURCES.md"
+    if not sources.is_file():
+        return ""
+    for line in sources.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0] == relpath:
+            return cells[1]
+    return ""
+
+
+def list_captures(fixtures: Path | None = None) -> list[str]:
+    """The capture names there are: every nvidia-smi XML, then the failure captures."""
+    root = fixtures or find_fixtures()
+    names = sorted(p.stem for p in (root / "nvidia-smi-xml").glob("*.xml"))
+    return names + [n for n, (rel, _) in FAILURE_CAPTURES.items() if (root / rel).is_file()]
+
+
+def resolve_capture(capture: str, fixtures: Path | None = None) -> Capture:
+    """A capture name (or a path to an nvidia-smi XML file) as a Capture."""
+    if capture in FAILURE_CAPTURES:
+        root = fixtures or find_fixtures()
+        rel, rc = FAILURE_CAPTURES[capture]
+        path = root / rel
+        if not path.is_file():
+            raise CaptureError(f"failure capture {capture!r}: {path} is missing")
+        return Capture(capture, path, _source_of(root, rel), "failure", rc)
+    as_path = Path(capture)
+    if as_path.suffix == ".xml" and as_path.is_file():
+        return Capture(as_path.stem, as_path.resolve(), str(as_path.resolve()), "xml")
+    root = fixtures or find_fixtures()
+    path = root / "nvidia-smi-xml" / f"{capture}.xml"
+    if not path.is_file():
+        known = ", ".join(list_captures(root))
+        raise CaptureError(f"capture {capture!r} is not a real capture; known: {known}")
+    return Capture(capture, path, _source_of(root, f"nvidia-smi-xml/{path.name}"), "xml")
+
+
+def write_capture_set(
+    dest: Path, capture: str, *, list_text: Path | None = None, fixtures: Path | None = None
+) -> Path:
+    """Write the capture set the replay script reads into dest (created); returns dest.
+
+    list_text: a real `nvidia-smi -L` capture of the same machine, when there is one; without
+    it the script derives the GPU lines from the XML.
+    """
+    found = resolve_capture(capture, fixtures)
+    dest.mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "name": found.name,
+        "source": f"{found.path.name}: {found.source}".rstrip(": "),
+        "kind": found.kind,
+        "rc": found.rc,
+    }
+    (dest / "capture.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    target = "query.xml" if found.kind == "xml" else "failure.txt"
+    shutil.copyfile(found.path, dest / target)
+    if list_text is not None:
+        shutil.copyfile(list_text, dest / "list.txt")
+    return dest
+
+
+def write_replay(
+    dest_dir: Path,
+    capture: str,
+    *,
+    list_text: Path | None = None,
+    fixtures: Path | None = None,
+    python: str | None = None,
+) -> Path:
+    """dest_dir/nvidia-smi (the replay script, mode 0755) with dest_dir/nvidia-smi.capture.
+
+    python: the interpreter for the script's #! line (default: `/usr/bin/env python3`).
+    """
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    script = dest_dir / "nvidia-smi"
+    text = REPLAY_SCRIPT.read_text(encoding="utf-8")
+    if python:
+        text = f"#!{python}\n" + text.split("\n", 1)[1]
+    script.write_text(text, encoding="utf-8")
+    script.chmod(0o755)
+    capture_dir = dest_dir / "nvidia-smi.capture"
+    if capture_dir.exists():
+        shutil.rmtree(capture_dir)
+    write_capture_set(capture_dir, capture, list_text=list_text, fixtures=fixtures)
+    return script
+
+
+def _text(elem: ET.Element | None, path: str) -> str | None:
+    if elem is None:
+        return None
+    found = elem.findtext(path)
+    if found is None:
+        return None
+    value = " ".join(found.split())
+    return None if value in ("", "N/A", "[N/A]") else value
+
+
+def _sysfs_bdf(pci_bus_id: str) -> str:
+    """'00000000:00:1E.0' (nvidia-smi) -> '0000:00:1e.0' (sysfs)."""
+    match = re.match(r"^([0-9A-Fa-f]+):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])$", pci_bus_id)
+    if not match:
+        raise CaptureError(f"unexpected PCI bus id {pci_bus_id!r} in the capture")
+    domain, bus, dev, fn = match.groups()
+    return f"{int(domain, 16):04x}:{bus.lower()}:{dev.lower()}.{fn}"
+
+
+def _proc_version(version: str, flavor: str) -> str:
+    if flavor == "open":
+        header = f"NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build"
+    else:
+        header = f"NVIDIA UNIX x86_64 Kernel Module  {version}"
+    return (
+        f"NVRM version: {header}  [kubegpu simulation: build host and date not captured]\n"
+        "GCC version:  [kubegpu simulation: not captured]\n"
+    )
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def build_simulated_host_root(
+    dest: Path, capture: str, *, flavor: str = "proprietary", fixtures: Path | None = None
+) -> dict[str, Any]:
+    """Lay out a fake host root at dest consistent with a real capture; return what it holds.
+
+    For an XML capture: sys/bus/pci/devices/<bdf>/{vendor,device,class,subsystem_*} and a
+    driver link per GPU, proc/modules with the nvidia modules, proc/driver/nvidia/version and
+    sys/module/nvidia/version of the capture's driver version (flavor: proprietary or open),
+    dev/nvidiactl, dev/nvidia-uvm*, dev/nvidia<minor> (empty regular files), dev/nvidia-caps/
+    when MIG is on. A failure capture ("no-driver") gets an empty host: no GPU data exists for
+    it. Always writes SIMULATED-GPU-README at the top, naming the capture and its source.
+    """
+    if flavor not in ("proprietary", "open"):
+        raise ValueError(f"flavor must be 'proprietary' or 'open', got {flavor!r}")
+    found = resolve_capture(capture, fixtures)
+    dest.mkdir(parents=True, exist_ok=True)
+    for directory in ("sys/bus/pci/devices", "dev", "proc"):
+        (dest / directory).mkdir(parents=True, exist_ok=True)
+    info: dict[str, Any] = {
+        "root": str(dest),
+        "capture": found.name,
+        "source_file": str(found.path),
+        "source": found.source,
+        "kind": found.kind,
+        "driver_version": None,
+        "gpu_count": 0,
+        "pci_bus_ids": [],
+        "mig_enabled": False,
+        "flavor": None,
+    }
+    derived: list[str] = []
+    if found.kind == "xml":
+        root = ET.parse(found.path).getroot()
+        version = _text(root, "driver_version") or ""
+        info["driver_version"] = version
+        info["flavor"] = flavor
+        (dest / "sys/bus/pci/drivers/nvidia").mkdir(parents=True, exist_ok=True)
+        minors = []
+        for index, gpu in enumerate(root.findall("gpu")):
+            bus_id = _text(gpu, "pci/pci_bus_id") or gpu.get("id") or ""
+            bdf = _sysfs_bdf(bus_id)
+            ids = (_text(gpu, "pci/pci_device_id") or "").lower()
+            sub = (_text(gpu, "pci/pci_sub_system_id") or "").lower()
+            base_class, sub_class = (
+                _text(gpu, "pci/pci_base_class"),
+                _text(gpu, "pci/pci_sub_class"),
+            )
+            pci_class = f"0x{int(base_class or 3):02x}{int(sub_class or 2):02x}00"
+            device_dir = dest / "sys/bus/pci/devices" / bdf
+            _write(device_dir / "vendor", f"0x{ids[4:8]}\n")
+            _write(device_dir / "device", f"0x{ids[0:4]}\n")
+            _write(device_dir / "class", pci_class + "\n")
+            if len(sub) == 8:
+                _write(device_dir / "subsystem_vendor", f"0x{sub[4:8]}\n")
+                _write(device_dir / "subsystem_device", f"0x{sub[0:4]}\n")
+            link = device_dir / "driver"
+            if link.is_symlink():
+                link.unlink()
+            link.symlink_to("../../drivers/nvidia")
+            info["pci_bus_ids"].append(bdf)
+            minor = _text(gpu, "minor_number")
+            minors.append(int(minor) if minor is not None else index)
+            if _text(gpu, "mig_mode/current_mig") == "Enabled":
+                info["mig_enabled"] = True
+            if base_class is None:
+                derived.append(
+                    f"{bdf}/class: {pci_class} (3D controller) assumed; the XML of "
+                    "this driver does not give the PCI class"
+                )
+        info["gpu_count"] = len(minors)
+        modules = ["nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia"]
+        _write(
+            dest / "proc/modules",
+            "".join(f"{m} 0 0 - Live 0x0000000000000000 (POE)\n" for m in modules),
+        )
+        _write(dest / "proc/driver/nvidia/version", _proc_version(version, flavor))
+        _write(dest / "sys/module/nvidia/version", version + "\n")
+        for name in ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"] + [
+            f"nvidia{m}" for m in minors
+        ]:
+            _write(dest / "dev" / name, "")
+        if info["mig_enabled"]:
+            for name in ("nvidia-cap1", "nvidia-cap2"):
+                _write(dest / "dev/nvidia-caps" / name, "")
+        derived += [
+            "proc/modules: module names only; sizes and addresses are zero",
+            f"proc/driver/nvidia/version: the capture's driver version {version}, {flavor} "
+            "kernel module, x86_64; build host and date were not captured",
+            "dev/nvidia*: empty regular files, not character devices",
+        ]
+    else:
+        _write(dest / "proc/modules", "")
+        derived.append(
+            "no GPU data: the capture is nvidia-smi's failure message only, so this "
+            "tree holds no NVIDIA PCI functions, modules or device nodes"
+        )
+    readme = dest / README_NAME
+    readme.write_text(
+        "SIMULATED GPU - kubegpu test double. This is not a real host.\n\n"
+        f"Built by kubegpu.simulate.build_simulated_host_root from the real capture\n"
+        f"  {found.name} ({found.path.name})\n"
+        f"published at: {found.source or 'see SOURCES.md beside the capture'}\n\n"
+        "Values come from that capture. Where the capture says nothing, this tree fills in:\n"
+        + "".join(f"  - {line}\n" for line in derived),
+        encoding="utf-8",
+    )
+    info["readme"] = str(readme)
+    return info
