@@ -40,7 +40,8 @@ def readiness_table(readiness: Mapping[str, Any], *, verbose: bool = False) -> s
     verdicts: list[str] = []
     for host in sorted(readiness):
         report = readiness[host] or {}
-        verdicts.append(f"{host}: {report.get('verdict', 'unknown')}")
+        simulated = " (SIMULATED GPU)" if report.get("simulated") else ""
+        verdicts.append(f"{host}: {report.get('verdict', 'unknown')}{simulated}")
         checks = sorted(
             report.get("checks") or [],
             key=lambda c: (_STATUS_ORDER.get(str(c.get("status")), 9), str(c.get("layer"))),

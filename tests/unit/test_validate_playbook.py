@@ -1,0 +1,102 @@
+"""validate.yml through the API and the CLI, on localhost with a SIMULATED GPU.
+
+The simulated host root and nvidia-smi replay a real capture (Tesla T4, driver 515); the
+container toolkit and runtime layers are really absent here, so they must fail.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kubegpu
+from kubegpu import simulate
+
+
+@pytest.fixture(scope="module")
+def simulated_inventory(tmp_path_factory: pytest.TempPathFactory, fixtures_real: Path) -> Path:
+    base = tmp_path_factory.mktemp("sim")
+    simulate.build_simulated_host_root(
+        base / "root", "telegraf-tesla-t4-515", fixtures=fixtures_real
+    )
+    smi = simulate.write_replay(base / "bin", "telegraf-tesla-t4-515", fixtures=fixtures_real)
+    inventory: dict[str, Any] = {
+        "all": {
+            "children": {
+                "gpu_nodes": {
+                    "hosts": {
+                        "simnode": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": sys.executable,
+                            "kubegpu_host_root": str(base / "root"),
+                            "kubegpu_nvidia_smi": str(smi),
+                            "kubegpu_expected_gpu_count": 1,
+                            "kubegpu_check_kubelet": False,
+                            "nvidia_driver_branch": "515",
+                        }
+                    }
+                }
+            }
+        }
+    }
+    path = base / "inventory.json"
+    path.write_text(json.dumps(inventory))
+    return path
+
+
+def test_check_reports_every_layer_from_the_simulated_gpu(simulated_inventory: Path) -> None:
+    result = kubegpu.check(simulated_inventory)
+    assert result.failed_hosts == ["simnode"]
+    assert result.failed[0].task == "Fail the node when a check failed"
+    report = result.readiness["simnode"]
+    assert report["verdict"] == "not_ready"
+    assert report["simulated"] is True
+    status = {c["name"]: c["status"] for c in report["checks"]}
+    for name in ["pci_gpus_present", "nvidia_smi_healthy", "gpu_count", "driver_branch"]:
+        assert status[name] == "pass", name
+    # Really absent on this machine: reported as failures, each with a remedy.
+    for name in ["container_toolkit_installed", "cdi_spec", "runtime_nvidia_configured"]:
+        assert status[name] == "fail", name
+    failing = [c for c in report["checks"] if c["status"] == "fail"]
+    assert all(c["remedy"] for c in failing)
+
+
+def test_check_expectation_mismatch_fails_the_gpu_layer(simulated_inventory: Path) -> None:
+    result = kubegpu.check(
+        simulated_inventory,
+        extra_vars={"kubegpu_expected_gpu_count": 8, "nvidia_driver_branch": "580"},
+    )
+    status = {c["name"]: c for c in result.readiness["simnode"]["checks"]}
+    assert status["gpu_count"]["status"] == "fail"
+    assert status["driver_branch"]["status"] == "fail"
+    assert "580" in str(status["driver_branch"]["expected"])
+
+
+def test_cli_check_prints_the_report_and_exits_2(simulated_inventory: Path) -> None:
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "kubegpu"), "check", "-i", str(simulated_inventory)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "Readiness: simnode: not_ready (SIMULATED GPU)" in proc.stdout
+    assert "runtime_nvidia_configured" in proc.stdout
+    as_json = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "kubegpu"),
+            "check",
+            "--json",
+            "-i",
+            str(simulated_inventory),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    data = json.loads(as_json.stdout)
+    assert data["readiness"]["simnode"]["verdict"] == "not_ready"
+    assert data["failed"][0]["host"] == "simnode"
