@@ -1,0 +1,77 @@
+"""The `testbed` fixture: real Debian nodes (systemd-nspawn, systemd as PID 1) over SSH.
+
+One testbed per test session, brought up through kubegpu.testbed's Python API and taken down
+at the end. With KUBEGPU_TESTBED_REUSE=1 a testbed that is already up (for example from
+`kubegpu testbed up`) is used as it is and left up afterwards, which makes repeated runs fast.
+
+The fixture yields kubegpu.testbed.TestbedState: `.inventory` (Ansible inventory path),
+`.node_names`, `.addresses`, `.ssh_key`, `.known_hosts`, `.ssh_argv(node, *cmd)`,
+`.vendor_repo_url`, `.vendor_repo_key`, `.apt_proxy_url`, and `.nodes` (NodeState: name,
+address, containers, simulated_gpu).
+
+Default layout (each overridable through the environment):
+- KUBEGPU_TESTBED_NODES: 3 nodes, node1..node3;
+- KUBEGPU_TESTBED_SIMULATE_GPU: node2 replays the real capture telegraf-tesla-t4-515
+  (a SIMULATED GPU; "" for none); node1 stays a plain GPU-less node;
+- KUBEGPU_TESTBED_CONTAINERS: node3 can run containerd ("" for none);
+- KUBEGPU_TESTBED_STATE: the state folder (default /run/kubegpu-testbed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kubegpu.testbed import TestbedConfig, TestbedState, down, load_state, up
+
+DEFAULT_SIMULATED = "node2=telegraf-tesla-t4-515"
+DEFAULT_CONTAINERS = "node3"
+
+
+def _pairs(text: str) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (name, capture)
+        for name, _, capture in (item.partition("=") for item in text.split(",") if item)
+    )
+
+
+def testbed_config() -> TestbedConfig:
+    nodes = int(os.environ.get("KUBEGPU_TESTBED_NODES", "3"))
+    names = {f"node{i}" for i in range(1, nodes + 1)}
+    simulate = os.environ.get("KUBEGPU_TESTBED_SIMULATE_GPU", DEFAULT_SIMULATED)
+    containers = os.environ.get("KUBEGPU_TESTBED_CONTAINERS", DEFAULT_CONTAINERS)
+    return TestbedConfig(
+        nodes=nodes,
+        containers=tuple(n for n in containers.split(",") if n and n in names),
+        simulate_gpu=tuple(p for p in _pairs(simulate) if p[0] in names),
+    )
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Iterator[TestbedState]:
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root (mounts, a bridge, systemd-nspawn)")
+    config = testbed_config()
+    reuse = os.environ.get("KUBEGPU_TESTBED_REUSE") == "1"
+    if reuse:
+        current = load_state(config.state_dir)
+        if current is not None and current.running:
+            yield current
+            return
+    state = up(config)
+    try:
+        yield state
+    finally:
+        if not reuse:
+            down(config.state_dir)
+
+
+@pytest.fixture(scope="session")
+def ansible_bin() -> Path:
+    """The folder of the ansible commands that belong to this Python environment."""
+    import sys
+
+    return Path(sys.executable).parent

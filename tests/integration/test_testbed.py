@@ -1,0 +1,406 @@
+"""The testbed itself, end to end: real nodes reached over SSH by Ansible, real apt through the
+proxy, real systemd units, a reboot, the signed vendor repository of test doubles, and a `down`
+that leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from kubegpu.testbed import TestbedConfig, TestbedState, down, load_state, up
+from kubegpu.testbed._proc import mounts, read_cmdline
+from kubegpu.testbed.nodes import cgroup_name
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _ansible(ansible_bin: Path, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+            "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+            "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+            "ANSIBLE_FORCE_COLOR": "0",
+        }
+    )
+    return subprocess.run(
+        [str(ansible_bin / tool), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=False,
+    )
+
+
+def _playbook(ansible_bin: Path, testbed: TestbedState, path: Path, *extra: str) -> dict:  # type: ignore[type-arg]
+    proc = _ansible(
+        ansible_bin, "ansible-playbook", "-i", str(testbed.inventory), *extra, str(path)
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result: dict = json.loads(proc.stdout)  # type: ignore[type-arg]
+    return result
+
+
+def _ssh(testbed: TestbedState, node: str, command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        testbed.ssh_argv(node, command), capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_every_node_answers_ansible_ping(testbed: TestbedState, ansible_bin: Path) -> None:
+    proc = _ansible(ansible_bin, "ansible", "all", "-i", str(testbed.inventory), "-m", "ping")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    hosts = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]
+    assert {name: r.get("ping") for name, r in hosts.items()} == dict.fromkeys(
+        testbed.node_names, "pong"
+    )
+
+
+def test_each_node_is_its_own_systemd_machine(testbed: TestbedState) -> None:
+    seen_ids = set()
+    for node in testbed.nodes:
+        proc = _ssh(testbed, node.name, "cat /etc/machine-id; hostname; ps -p 1 -o comm=")
+        machine_id, hostname, init = proc.stdout.split()
+        assert (hostname, init) == (node.name, "systemd")
+        seen_ids.add(machine_id)
+    assert len(seen_ids) == len(testbed.nodes)
+
+
+PLAY_SETUP = """
+- name: Use a testbed node like a real server
+  hosts: gpu_nodes
+  gather_facts: false
+  tasks:
+    - name: Install a package from Debian through the proxy
+      ansible.builtin.apt:
+        name: tree
+        state: present
+        update_cache: true
+        cache_valid_time: 3600
+    - name: Install a unit
+      ansible.builtin.copy:
+        dest: /etc/systemd/system/kubegpu-probe.service
+        owner: root
+        group: root
+        mode: "0644"
+        content: |
+          [Unit]
+          Description=kubegpu testbed probe
+          [Service]
+          ExecStart=/usr/bin/sleep infinity
+          [Install]
+          WantedBy=multi-user.target
+    - name: Start and enable the unit
+      ansible.builtin.systemd_service:
+        name: kubegpu-probe.service
+        state: started
+        enabled: true
+        daemon_reload: true
+"""
+
+PLAY_REBOOT = """
+- name: Reboot one node
+  hosts: "{{ kubegpu_reboot_node }}"
+  gather_facts: false
+  tasks:
+    - name: Reboot it
+      ansible.builtin.reboot:
+        reboot_timeout: 120
+"""
+
+
+def test_playbook_installs_starts_a_unit_and_reboots(
+    testbed: TestbedState, ansible_bin: Path, tmp_path: Path
+) -> None:
+    setup = tmp_path / "setup.yml"
+    setup.write_text(PLAY_SETUP)
+    first = _playbook(ansible_bin, testbed, setup)
+    assert set(first["stats"]) == set(testbed.node_names)
+    second = _playbook(ansible_bin, testbed, setup)
+    assert all(s["changed"] == 0 for s in second["stats"].values()), second["stats"]
+
+    node = testbed.node_names[0]
+    boot_id = _ssh(testbed, node, "cat /proc/sys/kernel/random/boot_id").stdout.strip()
+    reboot = tmp_path / "reboot.yml"
+    reboot.write_text(PLAY_REBOOT)
+    result = _playbook(ansible_bin, testbed, reboot, "-e", f"kubegpu_reboot_node={node}")
+    assert result["stats"][node]["changed"] == 1
+    after = _ssh(testbed, node, "cat /proc/sys/kernel/random/boot_id").stdout.strip()
+    assert after and after != boot_id
+    for name in testbed.node_names:
+        state = _ssh(
+            testbed,
+            name,
+            "dpkg-query -W -f='${Status}' tree; echo; systemctl is-active kubegpu-probe.service",
+        )
+        assert state.stdout.split("\n") == ["install ok installed", "active", ""], name
+    # The launcher started the node again; nothing else was restarted.
+    current = load_state(testbed.state_dir)
+    assert current is not None and current.running
+
+
+PLAY_VENDOR = """
+- name: Install the container toolkit from the testbed's vendor repository
+  hosts: "{{ kubegpu_nodes }}"
+  gather_facts: false
+  vars:
+    version: "{{ kubegpu_toolkit_version }}"
+  tasks:
+    - name: Install the repository key
+      ansible.builtin.copy:
+        src: "{{ kubegpu_testbed_vendor_repo_key }}"
+        dest: /usr/share/keyrings/kubegpu-testbed-vendor.gpg
+        owner: root
+        group: root
+        mode: "0644"
+    - name: Add the repository
+      ansible.builtin.apt_repository:
+        repo: >-
+          deb [signed-by=/usr/share/keyrings/kubegpu-testbed-vendor.gpg]
+          {{ kubegpu_testbed_vendor_repo_url }}/stable/deb/amd64 /
+        filename: kubegpu-testbed-vendor
+        state: present
+    - name: Install the pinned version
+      ansible.builtin.apt:
+        name:
+          - "nvidia-container-toolkit={{ version }}"
+          - "nvidia-container-toolkit-base={{ version }}"
+          - "libnvidia-container-tools={{ version }}"
+          - "libnvidia-container1={{ version }}"
+        state: present
+"""
+
+
+@pytest.fixture(scope="module")
+def toolkit_installed(
+    testbed: TestbedState, ansible_bin: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
+    """Install the pinned test doubles: 1.17.8-1 on the first node, 1.18.0-1 on the others."""
+    play = tmp_path_factory.mktemp("vendor") / "vendor.yml"
+    play.write_text(PLAY_VENDOR)
+    first, rest = testbed.node_names[0], list(testbed.node_names[1:])
+    versions = {first: "1.17.8-1", **dict.fromkeys(rest, "1.18.0-1")}
+    for version in ("1.17.8-1", "1.18.0-1"):
+        hosts = [n for n, v in versions.items() if v == version]
+        if hosts:
+            _playbook(
+                ansible_bin,
+                testbed,
+                play,
+                "-e",
+                f"kubegpu_nodes={','.join(hosts)}",
+                "-e",
+                f"kubegpu_toolkit_version={version}",
+            )
+    return versions
+
+
+def test_vendor_repo_installs_the_pinned_test_doubles(
+    testbed: TestbedState, toolkit_installed: dict[str, str]
+) -> None:
+    for node, version in toolkit_installed.items():
+        proc = _ssh(
+            testbed,
+            node,
+            "nvidia-ctk --version; dpkg-query -W nvidia-container-toolkit;"
+            " apt-cache show nvidia-container-toolkit=" + version,
+        )
+        lines = proc.stdout.splitlines()
+        assert lines[0] == f"NVIDIA Container Toolkit CLI version {version.split('-')[0]}"
+        assert lines[2] == f"nvidia-container-toolkit\t{version}"
+        assert "kubegpu TEST DOUBLE" in proc.stdout
+
+
+def test_gpu_less_node_fails_cdi_generation_like_the_real_tool(
+    testbed: TestbedState, toolkit_installed: dict[str, str]
+) -> None:
+    plain = [n.name for n in testbed.nodes if not n.simulated_gpu]
+    proc = _ssh(
+        testbed,
+        plain[0],
+        "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml; "
+        "echo rc=$?; test -e /etc/cdi/nvidia.yaml; echo file=$?",
+    )
+    assert "failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND" in proc.stderr
+    assert "rc=1" in proc.stdout and "file=1" in proc.stdout
+
+
+def _capture_uuids(capture: str) -> list[str]:
+    from kubegpu import simulate
+
+    path = simulate.resolve_capture(capture).path
+    return [g.findtext("uuid", "").strip() for g in ET.parse(path).getroot().findall("gpu")]
+
+
+def test_simulated_gpu_node_replays_its_capture(
+    testbed: TestbedState, toolkit_installed: dict[str, str]
+) -> None:
+    simulated = [n for n in testbed.nodes if n.simulated_gpu]
+    if not simulated:
+        pytest.skip("no node with a simulated GPU in this testbed")
+    node = simulated[0]
+    assert node.simulated_gpu is not None
+    uuids = _capture_uuids(node.simulated_gpu)
+    proc = _ssh(
+        testbed,
+        node.name,
+        "command -v nvidia-smi || echo no-real-nvidia-smi; "
+        "/usr/local/lib/kubegpu-simulated/nvidia-smi -L; "
+        "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml && nvidia-ctk cdi list; "
+        "head -1 /etc/cdi/nvidia.yaml",
+    )
+    assert proc.stdout.startswith("no-real-nvidia-smi\n")
+    for uuid in uuids:
+        assert f"(UUID: {uuid})" in proc.stdout
+        assert f"nvidia.com/gpu={uuid}" in proc.stdout
+    assert "nvidia.com/gpu=all" in proc.stdout
+    assert "SIMULATED" in proc.stdout.splitlines()[-1]
+
+
+def test_containers_node_has_what_containerd_needs(testbed: TestbedState) -> None:
+    nodes = [n.name for n in testbed.nodes if n.containers]
+    if not nodes:
+        pytest.skip("no node in containers mode in this testbed")
+    proc = _ssh(
+        testbed,
+        nodes[0],
+        "findmnt -no FSTYPE /var/lib/containerd; "
+        "findmnt -no OPTIONS /sys/fs/cgroup/memory | cut -d, -f1; "
+        "systemctl is-active kubegpu-testbed-cgroups-rw.service",
+    )
+    assert proc.stdout.split() == ["ext4", "rw", "active"]
+
+
+@pytest.mark.slow
+def test_containers_node_runs_a_container_with_containerd(testbed: TestbedState) -> None:
+    nodes = [n.name for n in testbed.nodes if n.containers]
+    if not nodes:
+        pytest.skip("no node in containers mode in this testbed")
+    proc = _ssh(
+        testbed,
+        nodes[0],
+        "set -e; apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+        "--no-install-recommends containerd busybox-static >/dev/null; "
+        "mkdir -p /tmp/rootfs/bin; cp /bin/busybox /tmp/rootfs/bin/; "
+        "ctr run --rm --rootfs /tmp/rootfs kubegpu-probe /bin/busybox echo hello-from-runc",
+    )
+    assert proc.stdout.strip().splitlines()[-1:] == ["hello-from-runc"], proc.stderr
+
+
+def _netns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def _node_netns(state: TestbedState) -> set[str]:
+    """The network namespaces of the nodes' init processes (children of systemd-nspawn)."""
+    found = set()
+    for node in state.nodes:
+        assert node.nspawn_pid is not None
+        children = Path(f"/proc/{node.nspawn_pid}/task/{node.nspawn_pid}/children")
+        for child in children.read_text().split():
+            ns = _netns(int(child))
+            if ns and ns != _netns(1):
+                found.add(ns)
+    return found
+
+
+def _leftovers(state_dir: Path, bridge: str, names: tuple[str, ...], netns: set[str]) -> list[str]:
+    found = []
+    marker = str(state_dir)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if any(marker in a for a in read_cmdline(pid)) and pid != os.getpid():
+            found.append(f"process {pid} {read_cmdline(pid)[:3]}")
+        if _netns(pid) in netns:
+            found.append(f"process {pid} in a node's network namespace")
+    found += [f"mount {p}" for _s, p, _t in mounts() if p.startswith(marker)]
+    links = os.listdir("/sys/class/net")
+    found += [
+        f"link {link}" for link in links if link == bridge or link in {f"vb-{n}" for n in names}
+    ]
+    prefix = cgroup_name(state_dir, "")
+    for top in ("systemd", "unified", "memory", "pids"):
+        root = Path("/sys/fs/cgroup", top)
+        if root.is_dir():
+            found += [f"cgroup {p}" for p in root.rglob(prefix + "*")]
+    if state_dir.exists():
+        found.append(f"folder {state_dir}")
+    return found
+
+
+def _own_testbed(name: str, subnet: str) -> TestbedConfig:
+    return TestbedConfig(
+        nodes=2,
+        name_prefix=name,
+        subnet=subnet,
+        bridge=f"kgtb{name}0",
+        state_dir=Path(f"/run/kubegpu-testbed-{name}"),
+    )
+
+
+def test_down_leaves_no_process_mount_link_or_namespace(testbed: TestbedState) -> None:
+    # Its own small testbed beside the session's, so the session's nodes stay up.
+    config = _own_testbed("dn", "10.213.2.0/24")
+    started = time.monotonic()
+    state = up(config)
+    up_seconds = time.monotonic() - started
+    try:
+        assert state.running
+        netns = _node_netns(state)
+        assert len(netns) == 2
+    finally:
+        report = down(config.state_dir)
+    assert report.remaining == ()
+    assert report.killed == ()  # every node halted when asked
+    print(f"up {up_seconds:.1f} s, down {report.seconds:.1f} s")
+    assert _leftovers(config.state_dir, config.bridge, config.node_names, netns) == []
+    # The session's testbed is untouched.
+    assert load_state(testbed.state_dir) is not None
+
+
+def test_down_cleans_up_after_a_crash(testbed: TestbedState) -> None:
+    """Nodes killed with SIGKILL and the state file lost: down still finds and removes it all."""
+    config = _own_testbed("cr", "10.213.3.0/24")
+    state = up(config)
+    netns = _node_netns(state)
+    for node in state.nodes:
+        for pid in (node.launcher_pid, node.nspawn_pid):
+            if pid:
+                os.kill(pid, 9)
+    (config.state_dir / "state.json").unlink()
+    report = down(config.state_dir)
+    assert report.remaining == ()
+    assert _leftovers(config.state_dir, config.bridge, config.node_names, netns) == []
+
+
+def test_a_failure_half_way_leaves_nothing_half_built(
+    testbed: TestbedState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bridge and the apt proxy are up when the repository server fails to start: up()
+    raises, and what it had made is gone."""
+    from kubegpu.testbed import services
+    from kubegpu.testbed.errors import TestbedError
+
+    def broken(*_args: object, **_kwargs: object) -> int:
+        raise TestbedError("the vendor repository server failed (injected by the test)")
+
+    monkeypatch.setattr(services, "start_repo_server", broken)
+    config = _own_testbed("hf", "10.213.5.0/24")
+    with pytest.raises(TestbedError, match="injected by the test"):
+        up(config)
+    assert _leftovers(config.state_dir, config.bridge, config.node_names, set()) == []

@@ -1,0 +1,96 @@
+"""The node launcher: detaches, records PIDs, starts the command again on exit code 133
+(a node that reboots), stops on SIGTERM without starting it again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kubegpu.testbed import launcher
+from kubegpu.testbed._proc import pid_alive
+
+
+def _wait_gone(pid: int, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _launch(tmp_path: Path, script: str) -> int:
+    subprocess.run(
+        [
+            sys.executable,
+            launcher.__file__,
+            "--pidfile",
+            str(tmp_path / "launcher.pid"),
+            "--child-pidfile",
+            str(tmp_path / "child.pid"),
+            "--log",
+            str(tmp_path / "log"),
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+        ],
+        check=True,
+        timeout=30,
+    )
+    return int((tmp_path / "launcher.pid").read_text())
+
+
+def test_relaunches_on_133_and_exits_on_anything_else(tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    # First run "reboots" (133), the second one halts (0).
+    script = f"echo x >> {counter}; [ $(wc -l < {counter}) -ge 2 ] && exit 0; exit 133"
+    pid = _launch(tmp_path, script)
+    assert _wait_gone(pid)
+    assert counter.read_text().count("x") == 2
+    log = (tmp_path / "log").read_text()
+    assert log.count("starting: /bin/sh") == 2
+    assert "node rebooted: starting it again" in log
+    assert not (tmp_path / "child.pid").exists()
+
+
+def test_detaches_from_its_starter(tmp_path: Path) -> None:
+    pid = _launch(tmp_path, "sleep 30")
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        assert int(stat[1]) != os.getpid()  # the starter is not its parent
+        assert int(stat[3]) == pid  # its own session
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    assert _wait_gone(pid)
+
+
+def test_sigterm_is_forwarded_and_not_followed_by_a_relaunch(tmp_path: Path) -> None:
+    pid = _launch(tmp_path, "trap 'exit 133' TERM; sleep 30 & wait")
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "child.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int((tmp_path / "child.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    assert _wait_gone(pid)
+    assert not pid_alive(child)
+    assert (tmp_path / "log").read_text().count("starting: /bin/sh") == 1
+
+
+def test_cgroup_mounts_are_found_for_this_process() -> None:
+    mounts = launcher.cgroup_mounts()
+    if not mounts:
+        pytest.skip("no cgroup file system mounted here")
+    keys = []
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        hid, controllers, _path = line.split(":", 2)
+        keys.append("0" if hid == "0" else ",".join(sorted(controllers.split(","))))
+    found = [k for k in keys if k in mounts]
+    assert found, f"none of {keys} among {sorted(mounts)}"
+    assert all((mounts[k] / "cgroup.procs").exists() for k in found)
