@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from kubegpu.content import find_content
 from kubegpu.errors import InputError
 from kubegpu.result import RunResult
-from kubegpu.runner import EventCallback, run_playbook
+from kubegpu.runner import EventCallback, InventoryArg, run_playbook
 
-Inventory = str | Path | Mapping[str, Any]
+Inventory = InventoryArg
 
 
 def _run(

@@ -43,7 +43,13 @@ def _split(values: Sequence[str] | None) -> list[str]:
 
 
 def _add_run_options(parser: argparse.ArgumentParser, *, changes: bool) -> None:
-    parser.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
+    parser.add_argument(
+        "-i",
+        "--inventory",
+        required=True,
+        action="append",
+        help="inventory file or directory (repeatable: sources are merged in order)",
+    )
     parser.add_argument("-l", "--limit", help="limit to hosts matching this pattern")
     parser.add_argument("-t", "--tags", action="append", help="only run tasks with these tags")
     parser.add_argument("--skip-tags", action="append", help="skip tasks with these tags")

@@ -17,7 +17,7 @@ import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ from kubegpu.events import Event, normalize
 from kubegpu.result import HostFailure, HostStats, RunResult
 
 EventCallback = Callable[[Event], None]
+# An inventory file or directory, an inventory as a dict, or several of them (merged in order).
+InventoryArg = str | Path | Mapping[str, Any] | Sequence[str | Path | Mapping[str, Any]]
 
 _SECRET_NAME = re.compile(r"(password|passwd|secret|token|private_key|credential)s?$", re.I)
 # Secret-looking names that are in fact paths to files, which is how secrets should be passed.
@@ -60,10 +62,21 @@ def _check_extra_vars(extra_vars: Mapping[str, Any] | None) -> dict[str, Any]:
     return result
 
 
-def _prepare_inventory(inventory: str | Path | Mapping[str, Any], workdir: Path) -> str:
+def _prepare_inventory(inventory: InventoryArg, workdir: Path) -> list[str]:
+    """One or more inventory sources as absolute paths; a dict is written to the private dir."""
+    if isinstance(inventory, (str, Path, Mapping)):
+        return [_one_inventory(inventory, workdir)]
+    sources = list(inventory)
+    if not sources:
+        raise InputError("inventory", "no inventory given", "an inventory file or directory")
+    return [_one_inventory(item, workdir) for item in sources]
+
+
+def _one_inventory(inventory: str | Path | Mapping[str, Any], workdir: Path) -> str:
     if isinstance(inventory, Mapping):
-        path = workdir / "inventory" / "hosts.json"
-        path.parent.mkdir(mode=0o700)
+        folder = workdir / "inventory"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        path = folder / f"hosts{len(list(folder.iterdir()))}.json"
         path.write_text(json.dumps(inventory, indent=2))
         return str(path)
     path = Path(inventory).expanduser()
@@ -130,7 +143,7 @@ def _collect(
 
 def run_playbook(
     playbook: str | Path,
-    inventory: str | Path | Mapping[str, Any],
+    inventory: InventoryArg,
     *,
     limit: str | None = None,
     tags: Iterable[str] | None = None,

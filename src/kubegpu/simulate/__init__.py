@@ -210,8 +210,18 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+# Top-level folders a simulated host root can borrow from the real system, so that the layers
+# above the GPU (toolkit, runtime configs, kubelet) are read from where they really are.
+REAL_ROOT_LINKS = ("etc", "usr", "var", "run", "opt")
+
+
 def build_simulated_host_root(
-    dest: Path, capture: str, *, flavor: str = "proprietary", fixtures: Path | None = None
+    dest: Path,
+    capture: str,
+    *,
+    flavor: str = "proprietary",
+    fixtures: Path | None = None,
+    real_root: Path | None = None,
 ) -> dict[str, Any]:
     """Lay out a fake host root at dest consistent with a real capture; return what it holds.
 
@@ -221,6 +231,9 @@ def build_simulated_host_root(
     dev/nvidiactl, dev/nvidia-uvm*, dev/nvidia<minor> (empty regular files), dev/nvidia-caps/
     when MIG is on. A failure capture ("no-driver") gets an empty host: no GPU data exists for
     it. Always writes SIMULATED-GPU-README at the top, naming the capture and its source.
+
+    With real_root (on a testbed node: "/"), etc/, usr/, var/, run/ and opt/ are symlinks to
+    that root's folders: only the GPU, its kernel module and device nodes are simulated.
     """
     if flavor not in ("proprietary", "open"):
         raise ValueError(f"flavor must be 'proprietary' or 'open', got {flavor!r}")
@@ -305,6 +318,16 @@ def build_simulated_host_root(
         derived.append(
             "no GPU data: the capture is nvidia-smi's failure message only, so this "
             "tree holds no NVIDIA PCI functions, modules or device nodes"
+        )
+    if real_root is not None:
+        for name in REAL_ROOT_LINKS:
+            link = dest / name
+            if link.is_symlink():
+                link.unlink()
+            link.symlink_to(real_root / name)
+        derived.append(
+            f"{', '.join(REAL_ROOT_LINKS)}: links to the real system's folders under "
+            f"{real_root}, not simulated"
         )
     readme = dest / README_NAME
     readme.write_text(

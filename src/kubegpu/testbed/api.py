@@ -430,7 +430,8 @@ def install_simulated_gpu(root: Path, capture: str, simulator: Any) -> None:
     script = simulator.write_replay(smi.parent, capture)
     if script != smi:
         raise TestbedError(f"the replay script landed at {script}, not {smi}")
-    simulator.build_simulated_host_root(host_root, capture)
+    # Inside the node, the layers above the GPU are read from the node's real folders.
+    simulator.build_simulated_host_root(host_root, capture, real_root=Path("/"))
 
 
 def _owned_processes(state_dir: Path) -> list[int]:
