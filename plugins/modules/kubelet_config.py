@@ -1,0 +1,505 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: kubelet_config
+short_description: Set kubelet feature gates, settings, node labels and taints, checked against the kubelet they go to
+version_added: "0.1.0"
+description:
+  - Checks every input first and fails with all problems at once, before anything on the host
+    changes, naming the option, what was wrong and what is allowed. Feature gates are checked
+    against a table of gates by Kubernetes release (1.29 to 1.35) for the version of the kubelet
+    they go to (a gate that release does not have, one set against its locked value, a value
+    that is not a boolean); node labels and taints for their syntax, and labels for what a
+    kubelet may set on its own node under the NodeRestriction admission plugin.
+  - Then merges them into the kubelet's files for its layout (O(flavor)), keeping every other
+    setting. C(kubeadm) (the kubeadm packages' layout) - feature gates and settings go into the
+    KubeletConfiguration file O(config_path) (featureGates merged gate by gate, settings merged
+    deeply), labels and taints into the C(--node-labels) and C(--register-with-taints) flags of
+    the C(KUBELET_EXTRA_ARGS) line of O(extra_args_path), merged with the labels and taints
+    already there; every other line of that file stays byte for byte. C(k3s) and C(rke2) - the
+    C(node-label), C(node-taint) and C(kubelet-arg) lists of O(config_path) are merged (feature
+    gates go into the C(feature-gates) kubelet argument); every other key stays.
+  - With O(config_dir), feature gates and settings go into a kubelet drop-in file of their own
+    (O(dropin_name)) in that directory instead, and the kubelet is pointed at the directory
+    (C(--config-dir) in C(KUBELET_EXTRA_ARGS), or a C(config-dir) kubelet argument for k3s and
+    RKE2). This survives C(kubeadm upgrade), which rewrites O(config_path).
+  - Computes the change first; writes only files whose content changes, atomically, after a
+    backup (O(backup)); reports whether the kubelet must be restarted. Restarting is left to the
+    caller (the role C(kubegpu.gpu.kubelet_gpu) has a handler).
+  - With O(validate_only=true), only checks the inputs; nothing is read but the kubelet's version.
+options:
+  flavor:
+    description:
+      - The kubelet's layout. V(auto) picks V(rke2) when C(/etc/rancher/rke2) or an C(rke2)
+        binary exists, then V(k3s) likewise, else V(kubeadm).
+    type: str
+    choices: [auto, kubeadm, k3s, rke2]
+    default: auto
+  kubelet_version:
+    description:
+      - The Kubernetes version of the kubelet (V(1.31), V(v1.31.2)). Needed to check
+        O(feature_gates) and to use O(config_dir).
+      - When not given, it is read from C(kubelet --version) (C(k3s --version), C(rke2 --version)
+        for those flavors). The task fails when it is needed and neither is available.
+      - When both are available and differ, the given one is used and a warning says so.
+    type: str
+  feature_gates:
+    description:
+      - Feature gates to set, name to V(true) or V(false), checked against O(kubelet_version).
+    type: dict
+    default: {}
+  unchecked_feature_gates:
+    description:
+      - Names of gates in O(feature_gates) to accept without looking them up (their value must
+        still be a boolean); for gates kubegpu's table does not know, such as client-go gates.
+    type: list
+    elements: str
+    default: []
+  settings:
+    description:
+      - KubeletConfiguration fields to merge in (camelCase, for example C(maxPods),
+        C(cpuManagerPolicy), C(topologyManagerPolicy)). Nested mappings are merged key by key.
+      - Not C(featureGates), C(apiVersion) or C(kind).
+      - For V(k3s) and V(rke2), needs O(config_dir), since they have no KubeletConfiguration file.
+    type: dict
+    default: {}
+  node_labels:
+    description:
+      - Labels the kubelet sets on its node when it registers, key to value (values are
+        strings; quote V("true")). Keys in the kubernetes.io and k8s.io namespaces are refused
+        unless a kubelet may set them (C(kubelet.kubernetes.io/), C(node.kubernetes.io/) and a
+        few well-known keys); set those through the API instead.
+    type: dict
+    default: {}
+  node_taints:
+    description:
+      - Taints the kubelet registers its node with. Each is a mapping with C(key), optional
+        C(value) and C(effect) (V(NoSchedule), V(PreferNoSchedule) or V(NoExecute)), or a
+        string C(key=value:Effect).
+    type: list
+    elements: raw
+    default: []
+  config_path:
+    description:
+      - The kubelet's KubeletConfiguration file (V(kubeadm)), or the k3s/RKE2 config file.
+      - Default C(/var/lib/kubelet/config.yaml), C(/etc/rancher/k3s/config.yaml) or
+        C(/etc/rancher/rke2/config.yaml) by flavor.
+    type: path
+  extra_args_path:
+    description:
+      - The environment file holding C(KUBELET_EXTRA_ARGS) (V(kubeadm) only). Default
+        C(/etc/default/kubelet), or C(/etc/sysconfig/kubelet) when that exists or the host has
+        C(/etc/sysconfig).
+    type: path
+  config_dir:
+    description:
+      - A kubelet drop-in directory (C(--config-dir), Kubernetes 1.28 and later) to write
+        feature gates and settings to, as a file of their own, instead of O(config_path).
+      - For 1.28 and 1.29 the kubelet also needs C(KUBELET_CONFIG_DROPIN_DIR_ALPHA) in its
+        environment; for V(kubeadm) it is added to O(extra_args_path), which the kubelet's unit
+        reads. For V(k3s) and V(rke2) those versions are refused.
+    type: path
+  dropin_name:
+    description:
+      - File name of the drop-in in O(config_dir); must end in C(.conf). The kubelet reads the
+        files in name order, later ones overriding earlier ones.
+    type: str
+    default: 50-kubegpu.conf
+  binary:
+    description:
+      - The binary to ask for the version (C(kubelet), C(k3s) or C(rke2) by flavor, looked up on
+        E(PATH) and in C(/usr/local/bin)).
+    type: path
+  validate_only:
+    description:
+      - Only check the inputs (and read the kubelet's version when needed); change nothing.
+    type: bool
+    default: false
+  backup:
+    description:
+      - Keep a timestamped copy of each file before changing it.
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Computes and reports the same changes and diff, and writes nothing.
+  diff_mode:
+    support: full
+    details: One diff per file that changes.
+  platform:
+    platforms: posix
+requirements:
+  - PyYAML on the target to read and write the YAML files (C(python3-yaml) on Debian and
+    Ubuntu, C(python3-pyyaml) on RHEL); not needed with O(validate_only=true).
+notes:
+  - Labels and taints given to the kubelet apply when the node registers. For a node that has
+    already joined, set them through the API (role C(kubegpu.gpu.gpu_cluster)).
+  - C(kubeadm upgrade node) rewrites C(/var/lib/kubelet/config.yaml) from the cluster's
+    kubelet ConfigMap; use O(config_dir) to keep gates and settings across upgrades.
+  - Rewriting a k3s/RKE2 config file drops its YAML comments; the backup keeps them.
+  - Commands run with C(LC_ALL=C).
+seealso:
+  - name: Feature gates
+    description: The Kubernetes feature gate reference.
+    link: https://kubernetes.io/docs/reference/command-line-tools-reference/feature-gates/
+  - name: Kubelet drop-in configuration directory
+    description: How the kubelet merges drop-in files.
+    link: https://kubernetes.io/docs/tasks/administer-cluster/kubelet-config-file/#kubelet-conf-d
+author:
+  - kubegpu contributors
+"""
+
+EXAMPLES = r"""
+- name: Check GPU kubelet settings before changing anything
+  kubegpu.gpu.kubelet_config:
+    kubelet_version: "1.31"
+    feature_gates:
+      KubeletPodResourcesGet: true
+    node_labels:
+      nvidia.com/gpu.present: "true"
+    validate_only: true
+
+- name: Label and taint GPU nodes and enable the pod resources Get endpoint (kubeadm)
+  kubegpu.gpu.kubelet_config:
+    flavor: kubeadm
+    feature_gates:
+      KubeletPodResourcesGet: true
+    settings:
+      cpuManagerPolicy: static
+      topologyManagerPolicy: single-numa-node
+      reservedSystemCPUs: "0,1"
+    node_labels:
+      nvidia.com/gpu.present: "true"
+    node_taints:
+      - key: nvidia.com/gpu
+        value: present
+        effect: NoSchedule
+  register: kubelet
+  notify: Restart kubelet
+
+- name: Keep gates in a drop-in file that survives kubeadm upgrade
+  kubegpu.gpu.kubelet_config:
+    flavor: kubeadm
+    kubelet_version: "1.33"
+    config_dir: /etc/kubernetes/kubelet.conf.d
+    feature_gates:
+      DRAResourceClaimDeviceStatus: true
+
+- name: Label a k3s agent's node
+  kubegpu.gpu.kubelet_config:
+    flavor: k3s
+    node_labels:
+      nvidia.com/gpu.present: "true"
+"""
+
+RETURN = r"""
+flavor:
+  description: The kubelet layout used (V(kubeadm), V(k3s) or V(rke2)).
+  returned: always
+  type: str
+  sample: kubeadm
+kubelet_version:
+  description: The version the inputs were checked against (major.minor), or null when none was needed.
+  returned: always
+  type: str
+  sample: "1.31"
+version_source:
+  description: Where O(kubelet_version) came from - V(given), V(binary) or V(none).
+  returned: always
+  type: str
+  sample: given
+kubelet_found:
+  description: Whether the kubelet's binary (kubelet, k3s or rke2) was found on the host.
+  returned: always
+  type: bool
+  sample: false
+files:
+  description: The files that changed (or would change in check mode).
+  returned: always
+  type: list
+  elements: str
+  sample: [/var/lib/kubelet/config.yaml, /etc/default/kubelet]
+restart_needed:
+  description: Whether the kubelet must be restarted for the changes to take effect.
+  returned: always
+  type: bool
+  sample: true
+backup_files:
+  description: Backup copies made, one per changed file that existed.
+  returned: always
+  type: list
+  elements: str
+problems:
+  description: Input problems found (empty when the task succeeds).
+  returned: always
+  type: list
+  elements: str
+self_labels:
+  description: The node labels the kubelet sets on itself (all of O(node_labels) once valid).
+  returned: always
+  type: dict
+  sample: {"nvidia.com/gpu.present": "true"}
+"""
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet import (
+    DEFAULT_PATHS,
+    DROPIN_ENV_UNTIL,
+    DROPIN_SINCE,
+    KubeletConfigError,
+    parse_kubernetes_version,
+    plan_kubelet_files,
+    split_node_labels,
+    validate_feature_gates,
+    validate_node_labels,
+    validate_settings,
+    validate_taints,
+)
+
+BINARIES = {"kubeadm": "kubelet", "k3s": "k3s", "rke2": "rke2"}
+EXTRA_DIRS = ["/usr/local/bin", "/usr/bin", "/opt/bin"]
+
+
+ARGUMENT_SPEC = dict(
+    flavor=dict(type="str", default="auto", choices=["auto", "kubeadm", "k3s", "rke2"]),
+    kubelet_version=dict(type="str"),
+    feature_gates=dict(type="dict", default={}),
+    unchecked_feature_gates=dict(type="list", elements="str", default=[]),
+    settings=dict(type="dict", default={}),
+    node_labels=dict(type="dict", default={}),
+    node_taints=dict(type="list", elements="raw", default=[]),
+    config_path=dict(type="path"),
+    extra_args_path=dict(type="path"),
+    config_dir=dict(type="path"),
+    dropin_name=dict(type="str", default="50-kubegpu.conf"),
+    binary=dict(type="path"),
+    validate_only=dict(type="bool", default=False),
+    backup=dict(type="bool", default=True),
+)
+
+
+def write_atomic(module, path, text, mode):
+    """Write `text` to a hidden temporary file beside `path`, then rename it over `path`."""
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(
+        dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        existed = os.path.exists(path)
+        module.atomic_move(tmp, path, unsafe_writes=False)
+        if not existed:
+            os.chmod(path, mode)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def read_text(path):
+    if not path or not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        return handle.read()
+
+
+def detect_flavor(module):
+    for flavor in ("rke2", "k3s"):
+        if os.path.isdir("/etc/rancher/" + flavor) or module.get_bin_path(
+            flavor, opt_dirs=EXTRA_DIRS
+        ):
+            return flavor
+    return "kubeadm"
+
+
+def binary_version(module, binary):
+    """(printed version text, (major, minor)) from `binary --version`, or (None, None)."""
+    if not binary:
+        return None, None
+    rc, out, err = module.run_command([binary, "--version"], environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        module.warn("%s --version exited %d: %s" % (binary, rc, (err or out).strip()))
+        return None, None
+    return out.strip(), parse_kubernetes_version(out, printed=True)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        supports_check_mode=True,
+    )
+    p = module.params
+    flavor = p["flavor"] if p["flavor"] != "auto" else detect_flavor(module)
+    result = dict(
+        changed=False,
+        flavor=flavor,
+        kubelet_version=None,
+        version_source="none",
+        kubelet_found=False,
+        files=[],
+        restart_needed=False,
+        backup_files=[],
+        problems=[],
+        self_labels={},
+    )
+
+    problems = []
+    gates = p["feature_gates"]
+    problems.extend(validate_settings(p["settings"]))
+    problems.extend(validate_node_labels(p["node_labels"]))
+    problems.extend(validate_taints(p["node_taints"]))
+    name = p["dropin_name"]
+    if not name.endswith(".conf") or "/" in name or name.startswith("."):
+        problems.append(
+            "dropin_name: %r must be a plain file name ending in .conf (the kubelet reads only "
+            "*.conf files in its drop-in directory), for example 50-kubegpu.conf" % name
+        )
+    if flavor != "kubeadm" and p["settings"] and not p["config_dir"]:
+        problems.append(
+            "settings: %s has no KubeletConfiguration file to merge settings into; give "
+            "config_dir (a kubelet drop-in directory) to use settings with %s" % (flavor, flavor)
+        )
+
+    # The kubelet's version: needed for gates and for the drop-in directory.
+    binary = p["binary"] or module.get_bin_path(BINARIES[flavor], opt_dirs=EXTRA_DIRS)
+    result["kubelet_found"] = bool(binary and os.path.exists(binary))
+    need_version = bool(gates) or bool(p["config_dir"])
+    release = None
+    if p["kubelet_version"]:
+        release = parse_kubernetes_version(p["kubelet_version"])
+        if release is None:
+            problems.append(
+                "kubelet_version: %r is not a Kubernetes version; write it as 1.31 or v1.31.2"
+                % p["kubelet_version"]
+            )
+        else:
+            result["version_source"] = "given"
+            if need_version and result["kubelet_found"]:
+                printed, found = binary_version(module, binary)
+                if found and found != release:
+                    module.warn(
+                        "kubelet_version %s was given but %s --version says %r; the inputs "
+                        "were checked against %s"
+                        % (p["kubelet_version"], binary, printed, p["kubelet_version"])
+                    )
+    elif need_version:
+        printed, release = binary_version(module, binary if result["kubelet_found"] else None)
+        if release is None:
+            problems.append(
+                "kubelet_version: not given, and no %s binary on this host could tell its "
+                'version%s; set kubelet_version (for example "1.31") to the version of the '
+                "kubelet that will read these settings"
+                % (BINARIES[flavor], " (it printed %r)" % printed if printed else "")
+            )
+        else:
+            result["version_source"] = "binary"
+    if release is not None:
+        result["kubelet_version"] = "%d.%d" % release
+        problems.extend(
+            validate_feature_gates(gates, result["kubelet_version"], p["unchecked_feature_gates"])
+        )
+        if p["config_dir"] and release < DROPIN_SINCE:
+            problems.append(
+                "config_dir: the kubelet of %s has no drop-in directory (--config-dir came in "
+                "1.28); leave config_dir empty" % result["kubelet_version"]
+            )
+        elif p["config_dir"] and flavor != "kubeadm" and release <= DROPIN_ENV_UNTIL:
+            problems.append(
+                "config_dir: the kubelet of %s reads a drop-in directory only with "
+                "KUBELET_CONFIG_DROPIN_DIR_ALPHA in its environment, which kubegpu does not "
+                "manage for %s; leave config_dir empty or use Kubernetes 1.30 or later"
+                % (result["kubelet_version"], flavor)
+            )
+
+    result["problems"] = problems
+    if problems:
+        module.fail_json(
+            msg="kubelet_config: %d problem(s) with the inputs; nothing was changed:\n- %s"
+            % (len(problems), "\n- ".join(problems)),
+            **result,
+        )
+    result["self_labels"] = split_node_labels(p["node_labels"])[0]
+    if p["validate_only"]:
+        module.exit_json(**result)
+
+    try:
+        import yaml
+    except ImportError:
+        module.fail_json(
+            msg="kubelet_config needs PyYAML on the target to read and write the kubelet's YAML "
+            "files: install python3-yaml (Debian, Ubuntu) or python3-pyyaml (RHEL)",
+            **result,
+        )
+
+    def dump(data):
+        return yaml.safe_dump(data, default_flow_style=False, sort_keys=False)
+
+    extra_args_path = p["extra_args_path"]
+    if flavor == "kubeadm" and not extra_args_path:
+        if os.path.exists("/etc/default/kubelet"):
+            extra_args_path = "/etc/default/kubelet"
+        elif os.path.exists("/etc/sysconfig/kubelet") or os.path.isdir("/etc/sysconfig"):
+            extra_args_path = "/etc/sysconfig/kubelet"
+        else:
+            extra_args_path = "/etc/default/kubelet"
+    try:
+        plans = plan_kubelet_files(
+            flavor,
+            read_text,
+            yaml.safe_load,
+            dump,
+            p["config_path"] or DEFAULT_PATHS[flavor],
+            extra_args_path,
+            gates,
+            p["settings"],
+            p["node_labels"],
+            p["node_taints"],
+            p["config_dir"],
+            p["dropin_name"],
+            release,
+        )
+    except (KubeletConfigError, IOError, OSError) as exc:
+        module.fail_json(msg="Nothing was changed: %s" % exc, **result)
+
+    result["files"] = [plan["path"] for plan in plans]
+    result["changed"] = result["restart_needed"] = bool(plans)
+    if module._diff:
+        result["diff"] = [
+            dict(
+                before_header=plan["path"] if plan["before"] is not None else "/dev/null",
+                after_header=plan["path"],
+                before=plan["before"] or "",
+                after=plan["after"],
+            )
+            for plan in plans
+        ]
+    if module.check_mode:
+        module.exit_json(**result)
+
+    for plan in plans:
+        path = plan["path"]
+        directory = os.path.dirname(path)
+        if directory and not os.path.isdir(directory):
+            os.makedirs(directory, 0o755)
+        if plan["before"] is not None and p["backup"]:
+            result["backup_files"].append(module.backup_local(path))
+        write_atomic(module, path, plan["after"], plan["mode"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,358 @@
+"""Role kubelet_gpu on a testbed node: real files, real SSH, real apt, real systemd.
+
+The node has no kubelet (none can be installed here), which is itself a case the role handles:
+the version comes from kubelet_gpu_kubernetes_version and the restart handler reports that
+there is no unit to restart. Realistic kubelet files are put in place first: a kubeadm
+KubeletConfiguration and /etc/default/kubelet with other flags, and a k3s config.yaml with
+other keys. After converging, every file holds our settings and all the old ones, and a second
+run reports changed=0. Bad inputs fail in the first task, before the host changes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+
+KUBEADM_CONFIG = """\
+apiVersion: kubelet.config.k8s.io/v1beta1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: unix:///var/run/containerd/containerd.sock
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 10%
+featureGates:
+  GracefulNodeShutdown: true
+kind: KubeletConfiguration
+rotateCertificates: true
+staticPodPath: /etc/kubernetes/manifests
+"""
+
+DEFAULT_KUBELET = """\
+# Flags for the kubelet, sourced by the kubeadm drop-in of kubelet.service.
+# Keep --node-ip in sync with the storage VLAN.
+KUBELET_EXTRA_ARGS="--node-ip=10.20.0.15 --node-labels=team=ml --max-pods 180"
+"""
+
+K3S_CONFIG = """\
+# k3s agent configuration
+server: https://10.20.0.2:6443
+token-file: /etc/rancher/k3s/token
+node-label:
+  - team=ml
+kubelet-arg:
+  - max-pods=180
+"""
+
+FILES = {
+    "/var/lib/kubelet/config.yaml": KUBEADM_CONFIG,
+    "/etc/default/kubelet": DEFAULT_KUBELET,
+    "/etc/rancher/k3s/config.yaml": K3S_CONFIG,
+}
+
+SETUP = """\
+- name: Put realistic kubelet files on the node
+  hosts: "{node}"
+  gather_facts: false
+  tasks:
+    - name: Create the directories of the kubelet files
+      ansible.builtin.file:
+        path: "{{{{ item | dirname }}}}"
+        state: directory
+        owner: root
+        group: root
+        mode: "0755"
+      loop: "{{{{ files.keys() | list }}}}"
+    - name: Write the file {{{{ item.key }}}}
+      ansible.builtin.copy:
+        dest: "{{{{ item.key }}}}"
+        content: "{{{{ item.value }}}}"
+        owner: root
+        group: root
+        mode: "0644"
+      loop: "{{{{ files | dict2items }}}}"
+"""
+
+CONVERGE = """\
+- name: Apply the kubelet_gpu role for the kubeadm and the k3s layouts
+  hosts: "{node}"
+  gather_facts: true
+  tasks:
+    - name: Apply kubelet_gpu to the kubeadm layout
+      ansible.builtin.include_role:
+        name: kubegpu.gpu.kubelet_gpu
+      vars:
+        kubelet_gpu_flavor: kubeadm
+        kubelet_gpu_settings:
+          maxPods: 200
+          evictionHard:
+            memory.available: "5%"
+    - name: Run the restart handler for the kubeadm layout before the next one
+      ansible.builtin.meta: flush_handlers
+    - name: Apply kubelet_gpu to the k3s layout
+      ansible.builtin.include_role:
+        name: kubegpu.gpu.kubelet_gpu
+      vars:
+        kubelet_gpu_flavor: k3s
+"""
+
+CLEANUP = """\
+- name: Remove what the kubelet_gpu test left on the node
+  hosts: "{node}"
+  gather_facts: false
+  tasks:
+    - name: Find the files and backups the test made
+      ansible.builtin.find:
+        paths: [/var/lib/kubelet, /etc/default, /etc/rancher/k3s]
+        patterns: ["config.yaml*", "kubelet*"]
+      register: found
+    - name: Remove them
+      ansible.builtin.file:
+        path: "{{{{ item.path }}}}"
+        state: absent
+      loop: "{{{{ found.files }}}}"
+    - name: Remove the directories the test created
+      ansible.builtin.file:
+        path: "{{{{ item }}}}"
+        state: absent
+      loop: [/etc/rancher, /var/lib/kubelet]
+"""
+
+GOOD_VARS = {
+    "kubelet_gpu_kubernetes_version": "1.31",
+    "kubelet_gpu_feature_gates": {"KubeletPodResourcesGet": True},
+    "kubelet_gpu_node_labels": {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": "Tesla-T4",
+    },
+    "kubelet_gpu_node_taints": [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    ],
+}
+
+
+def _env(repo_root: Path) -> dict:
+    return dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(repo_root / "ansible.cfg"),
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_DEPRECATION_WARNINGS="0",
+    )
+
+
+def _node(inventory: Path) -> str:
+    data = yaml.safe_load(inventory.read_text())
+    hosts = data["all"]["children"]["k8s_cluster"]["children"]["gpu_nodes"]["hosts"]
+    return sorted(hosts)[0]
+
+
+def _inventory(testbed) -> Path:
+    return Path(getattr(testbed, "inventory", None) or testbed.inventory_path)
+
+
+def play(
+    repo_root: Path, inventory: Path, tmp_path: Path, text: str, extra_vars: dict, *flags: str
+) -> dict:
+    path = tmp_path / f"play-{len(list(tmp_path.glob('play-*')))}.yml"
+    path.write_text(text)
+    vars_file = path.with_suffix(".vars.json")
+    vars_file.write_text(json.dumps(extra_vars))
+    proc = subprocess.run(
+        [PLAYBOOK, "-i", str(inventory), str(path), "-e", f"@{vars_file}", *flags],
+        cwd=repo_root,
+        env=_env(repo_root),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(
+            f"ansible-playbook printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    report["rc"] = proc.returncode
+    return report
+
+
+READ = """\
+- name: Read the kubelet files back
+  hosts: "{node}"
+  gather_facts: false
+  tasks:
+    - name: Read {{{{ item }}}}
+      ansible.builtin.slurp:
+        src: "{{{{ item }}}}"
+      loop: "{{{{ paths }}}}"
+      failed_when: false
+"""
+
+
+def read_files(
+    repo_root: Path, inventory: Path, tmp_path: Path, node: str, paths: list[str]
+) -> dict:
+    """The files' contents on the node (None when absent), read in one ansible run."""
+    report = play(repo_root, inventory, tmp_path, READ.format(node=node), {"paths": paths})
+    results = report["plays"][0]["tasks"][0]["hosts"][node]["results"]
+    return {
+        r["item"]: base64.b64decode(r["content"]).decode() if "content" in r else None
+        for r in results
+    }
+
+
+def problem_tasks(report: dict) -> str:
+    """The tasks that failed or found a host unreachable, for an assertion message."""
+    return json.dumps(
+        [
+            (task["task"]["name"], task["hosts"])
+            for p in report["plays"]
+            for task in p["tasks"]
+            if any(h.get("unreachable") or h.get("failed") for h in task["hosts"].values())
+        ]
+    )[-4000:]
+
+
+def task_results(report: dict, node: str, name_part: str) -> list[dict]:
+    return [
+        task["hosts"][node]
+        for p in report["plays"]
+        for task in p["tasks"]
+        if name_part in task["task"]["name"] and node in task["hosts"]
+    ]
+
+
+@pytest.fixture
+def node_files(testbed, repo_root: Path, tmp_path: Path):
+    inventory = _inventory(testbed)
+    node = _node(inventory)
+    setup = play(repo_root, inventory, tmp_path, SETUP.format(node=node), {"files": FILES})
+    assert setup["rc"] == 0, problem_tasks(setup)
+    yield inventory, node
+    play(repo_root, inventory, tmp_path, CLEANUP.format(node=node), {})
+
+
+def test_converge_keeps_old_settings_and_is_idempotent(
+    node_files, repo_root: Path, tmp_path: Path
+) -> None:
+    inventory, node = node_files
+    first = play(repo_root, inventory, tmp_path, CONVERGE.format(node=node), GOOD_VARS)
+    assert first["rc"] == 0, problem_tasks(first)
+    assert first["stats"][node]["failures"] == 0
+    merged = task_results(first, node, "Merge feature gates")
+    assert [r["changed"] for r in merged] == [True, True]
+    assert merged[0]["files"] == ["/var/lib/kubelet/config.yaml", "/etc/default/kubelet"]
+    assert merged[1]["files"] == ["/etc/rancher/k3s/config.yaml"]
+    assert all(r["kubelet_found"] is False for r in merged)
+    # No kubelet unit on the node: the handler says so instead of restarting.
+    reports = [r["msg"] for r in task_results(first, node, "could not be restarted")]
+    assert len(reports) == 2
+    assert "has no kubelet.service unit to restart" in reports[0]
+    assert "has no k3s.service or k3s-agent.service unit to restart" in reports[1]
+
+    files = read_files(repo_root, inventory, tmp_path, node, list(FILES))
+    kubelet_config = yaml.safe_load(files["/var/lib/kubelet/config.yaml"])
+    expected = yaml.safe_load(KUBEADM_CONFIG)
+    expected["featureGates"]["KubeletPodResourcesGet"] = True
+    expected["evictionHard"]["memory.available"] = "5%"
+    expected["maxPods"] = 200
+    assert kubelet_config == expected
+
+    extra = files["/etc/default/kubelet"].splitlines(True)
+    assert extra[:2] == DEFAULT_KUBELET.splitlines(True)[:2]
+    assert extra[2] == (
+        'KUBELET_EXTRA_ARGS="--node-ip=10.20.0.15 --node-labels=team=ml,nvidia.com/gpu.present=true,'
+        "nvidia.com/gpu.product=Tesla-T4 --max-pods 180 "
+        '--register-with-taints=nvidia.com/gpu=present:NoSchedule"\n'
+    )
+
+    assert yaml.safe_load(files["/etc/rancher/k3s/config.yaml"]) == {
+        "server": "https://10.20.0.2:6443",
+        "token-file": "/etc/rancher/k3s/token",
+        "node-label": ["team=ml", "nvidia.com/gpu.present=true", "nvidia.com/gpu.product=Tesla-T4"],
+        "kubelet-arg": ["max-pods=180", "feature-gates=KubeletPodResourcesGet=true"],
+        "node-taint": ["nvidia.com/gpu=present:NoSchedule"],
+    }
+
+    second = play(repo_root, inventory, tmp_path, CONVERGE.format(node=node), GOOD_VARS)
+    assert second["rc"] == 0, problem_tasks(second)
+    assert second["stats"][node]["changed"] == 0
+    assert read_files(repo_root, inventory, tmp_path, node, list(FILES)) == files
+
+    # Back to the original files: --check --diff shows the same changes and makes none.
+    reset = play(repo_root, inventory, tmp_path, SETUP.format(node=node), {"files": FILES})
+    assert reset["rc"] == 0
+    check = play(
+        repo_root, inventory, tmp_path, CONVERGE.format(node=node), GOOD_VARS, "--check", "--diff"
+    )
+    assert check["rc"] == 0, problem_tasks(check)
+    planned = task_results(check, node, "Merge feature gates")
+    assert [r["files"] for r in planned] == [r["files"] for r in merged]
+    assert [d["after"] for r in planned for d in r["diff"]] == [
+        files[path] for r in merged for path in r["files"]
+    ]
+    assert read_files(repo_root, inventory, tmp_path, node, list(FILES)) == FILES
+
+
+def test_bad_inputs_fail_before_the_host_changes(
+    node_files, repo_root: Path, tmp_path: Path
+) -> None:
+    inventory, node = node_files
+    bad = dict(
+        GOOD_VARS,
+        kubelet_gpu_feature_gates={"DevicePlugins": True},
+        kubelet_gpu_node_labels={
+            "alpha.kubernetes.io/nvidia-gpu-name": "Tesla-K80",
+            "nvidia.com/gpu.product": "Tesla K80",
+        },
+        kubelet_gpu_node_taints=[{"key": "nvidia.com/gpu", "effect": "NoScheduel"}],
+    )
+    report = play(repo_root, inventory, tmp_path, CONVERGE.format(node=node), bad)
+    assert report["rc"] != 0
+    assert report["stats"][node]["changed"] == 0
+    failed = [
+        r for r in task_results(report, node, "Check kubelet feature gates") if r.get("failed")
+    ]
+    assert len(failed) == 1
+    assert failed[0]["problems"] == [
+        "node_labels: 'alpha.kubernetes.io/nvidia-gpu-name' is in the kubernetes.io namespace, where "
+        "a kubelet may not label its own node (NodeRestriction): the kubelet refuses to start with "
+        "it. In the kubernetes.io and k8s.io namespaces a kubelet may only set keys under "
+        "kubelet.kubernetes.io/ or node.kubernetes.io/ (or their subdomains) and "
+        "beta.kubernetes.io/arch, beta.kubernetes.io/instance-type, beta.kubernetes.io/os, "
+        "failure-domain.beta.kubernetes.io/region, failure-domain.beta.kubernetes.io/zone, "
+        "kubernetes.io/arch, kubernetes.io/hostname, kubernetes.io/os, "
+        "node.kubernetes.io/instance-type, topology.kubernetes.io/region, "
+        "topology.kubernetes.io/zone. Use a prefix of your own (for example nvidia.com/ or "
+        "example.com/), or set the label through the API (role gpu_cluster).",
+        "node_labels: the value of 'nvidia.com/gpu.product' is 'Tesla K80', which is not a valid "
+        "label value: it must be empty or 63 characters or fewer, start and end with a letter or "
+        "digit, and contain only letters, digits, '-', '_' and '.'; for example 'Tesla-K80'",
+        "node_taints[0]: effect 'NoScheduel' is not one of NoSchedule, PreferNoSchedule, NoExecute",
+        "feature_gates: 'DevicePlugins' was removed from Kubernetes in 1.28; the kubelet of 1.31 "
+        "does not have it and would refuse to start. Remove it.",
+    ]
+    assert read_files(repo_root, inventory, tmp_path, node, list(FILES)) == FILES
