@@ -14,7 +14,11 @@ Default layout (each overridable through the environment):
 - KUBEGPU_TESTBED_SIMULATE_GPU: node2 replays the real capture telegraf-tesla-t4-515
   (a SIMULATED GPU; "" for none); node1 stays a plain GPU-less node;
 - KUBEGPU_TESTBED_CONTAINERS: node3 can run containerd ("" for none);
-- KUBEGPU_TESTBED_STATE: the state folder (default /run/kubegpu-testbed).
+- KUBEGPU_TESTBED_STATE: the state folder (default /run/kubegpu-testbed);
+- KUBEGPU_TESTBED_PREFIX, KUBEGPU_TESTBED_BRIDGE, KUBEGPU_TESTBED_SUBNET: node name prefix
+  (node), bridge (kgtb0) and subnet (10.213.0.0/24), so two sessions on one machine can each
+  have a testbed. Node names in the two lists above use the prefix's numbering (node2 is the
+  second node whatever the prefix).
 """
 
 from __future__ import annotations
@@ -40,13 +44,22 @@ def _pairs(text: str) -> tuple[tuple[str, str], ...]:
 
 def testbed_config() -> TestbedConfig:
     nodes = int(os.environ.get("KUBEGPU_TESTBED_NODES", "3"))
-    names = {f"node{i}" for i in range(1, nodes + 1)}
+    prefix = os.environ.get("KUBEGPU_TESTBED_PREFIX", "node")
+    # "node2" in the lists means the second node, whatever the prefix.
+    rename = {f"node{i}": f"{prefix}{i}" for i in range(1, nodes + 1)}
     simulate = os.environ.get("KUBEGPU_TESTBED_SIMULATE_GPU", DEFAULT_SIMULATED)
     containers = os.environ.get("KUBEGPU_TESTBED_CONTAINERS", DEFAULT_CONTAINERS)
+    extra: dict[str, str] = {}
+    if "KUBEGPU_TESTBED_BRIDGE" in os.environ:
+        extra["bridge"] = os.environ["KUBEGPU_TESTBED_BRIDGE"]
+    if "KUBEGPU_TESTBED_SUBNET" in os.environ:
+        extra["subnet"] = os.environ["KUBEGPU_TESTBED_SUBNET"]
     return TestbedConfig(
         nodes=nodes,
-        containers=tuple(n for n in containers.split(",") if n and n in names),
-        simulate_gpu=tuple(p for p in _pairs(simulate) if p[0] in names),
+        name_prefix=prefix,
+        containers=tuple(rename[n] for n in containers.split(",") if n in rename),
+        simulate_gpu=tuple((rename[n], c) for n, c in _pairs(simulate) if n in rename),
+        **extra,  # type: ignore[arg-type]
     )
 
 
