@@ -1,0 +1,91 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu contributors
+# Apache License 2.0 (see LICENSE)
+"""Merging the nvidia runtime into Docker's daemon.json: the pure logic.
+
+daemon.json is JSON data, so it is merged as data: every key the file has is kept (order
+included), only ``runtimes.<name>.path`` and, when asked, ``default-runtime`` are set, and the
+file is written again only when the data changed, in the indentation the file already uses.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import json
+import re
+
+
+class DockerDaemonError(Exception):
+    """A daemon.json that cannot be merged: what was found, and what is expected."""
+
+
+def detect_indent(text):
+    """The indentation unit of a JSON text: an int (spaces), a tab, or None for one line."""
+    stripped = text.strip()
+    if "\n" not in stripped:
+        return None if stripped and stripped != "{}" else 4
+    for line in stripped.splitlines()[1:]:
+        m = re.match(r"^([ \t]+)\S", line)
+        if m:
+            unit = m.group(1)
+            return "\t" if unit.startswith("\t") else len(unit)
+    return 4
+
+
+def load_daemon_json(text, path="daemon.json"):
+    """The JSON object of daemon.json; an empty (or whitespace-only) file is an empty object."""
+    if text is None or not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise DockerDaemonError(
+            "%s is not valid JSON (%s); dockerd would not start with it either. Fix or remove the "
+            "file and run again; nothing was changed." % (path, exc)
+        ) from None
+    if not isinstance(data, dict):
+        raise DockerDaemonError(
+            "%s holds a JSON %s; Docker expects an object ({...}) of settings"
+            % (path, type(data).__name__)
+        )
+    return data
+
+
+def merge_nvidia(config, runtime_name, binary, default_runtime, path="daemon.json"):
+    """A copy of `config` with the runtime (and, when asked, the default runtime) set."""
+    merged = copy.deepcopy(config)
+    runtimes = merged.setdefault("runtimes", {})
+    if not isinstance(runtimes, dict):
+        raise DockerDaemonError(
+            "%s: `runtimes` is a JSON %s; Docker expects an object of runtime name -> "
+            '{"path": ...}' % (path, type(runtimes).__name__)
+        )
+    entry = runtimes.get(runtime_name)
+    if entry is not None and not isinstance(entry, dict):
+        raise DockerDaemonError(
+            "%s: `runtimes.%s` is a JSON %s; Docker expects an object with a `path`"
+            % (path, runtime_name, type(entry).__name__)
+        )
+    entry = dict(entry or {})
+    entry["path"] = binary
+    runtimes[runtime_name] = entry
+    if default_runtime:
+        merged["default-runtime"] = runtime_name
+    return merged
+
+
+def render_daemon_json(config, indent):
+    text = json.dumps(config, indent=indent, ensure_ascii=False)
+    return text + "\n"
+
+
+def plan_daemon_json(old_text, runtime_name, binary, default_runtime, path="daemon.json"):
+    """(new_text, changed): `old_text` itself when the merged data equals what it holds."""
+    current = load_daemon_json(old_text, path)
+    merged = merge_nvidia(current, runtime_name, binary, default_runtime, path)
+    if old_text is not None and old_text.strip() and merged == current:
+        return old_text, False
+    indent = detect_indent(old_text) if old_text and old_text.strip() else 4
+    return render_daemon_json(merged, indent), True

@@ -1,0 +1,413 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: containerd_runtime
+short_description: Give containerd the nvidia runtime through a validated drop-in file
+version_added: "0.1.0"
+description:
+  - Writes the nvidia runtime into a drop-in file (O(drop_in_dir)/O(drop_in_name)) and makes the
+    main containerd config import O(drop_in_dir)C(/*.toml). The drop-in survives tools that
+    rewrite the main config; when one drops the C(imports) line, the next run adds it back and
+    changes nothing else.
+  - Reads the installed containerd's version (C(containerd --version)) and the main config's
+    C(version), and writes the drop-in in the same version. Version 2 (containerd 1.6 and 1.7, and
+    2.x with an old config) puts the runtime under the CRI plugin C(io.containerd.grpc.v1.cri);
+    version 3 (containerd 2.x) under C(io.containerd.cri.v1.runtime). A main config without
+    C(version) is version 1 for containerd 1.x (plugin C(cri)) and is refused for 2.x. Versions
+    above 3 (containerd 2.3 brings 4) are refused with a message, since a drop-in must have the main
+    config's version, as containerd refuses a higher one or (2.1) leaves the main config's
+    settings unmigrated.
+  - On containerd 1.x an imported file replaces a whole plugin section (containerd issue 5837), so
+    a drop-in with only the nvidia runtime would drop the runc runtime and every other CRI setting.
+    There the drop-in holds the effective CRI section of the main config and its other imports, as
+    C(containerd config dump) reports it without this drop-in, plus the nvidia runtime; it is
+    derived again on every run, so a changed main config is followed. On containerd 2.x, which
+    merges imported files key by key, the drop-in holds only the nvidia runtime.
+  - The runtime is C(runtime_type = "io.containerd.runc.v2") with C(BinaryName) =
+    O(runtime_binary) and C(SystemdCgroup) copied from the runtime it must agree with (the default
+    runtime unless it is O(runtime_name), else C(runc)) in the effective config.
+  - Before any file is written, the candidate is validated with the real containerd
+    (O(validate)); its files are laid out in a scratch directory, C(containerd config dump) must
+    load them and show the runtime as rendered, and a scratch containerd started on them with its
+    own socket, root and state directories (and its NRI socket, debug, metrics and TCP listeners
+    moved there too) must report the CRI plugin C(ok) in C(ctr plugins ls). A candidate that fails
+    is never put in place; the task fails with containerd's own message.
+  - The main config is edited as text (only the C(imports) line changes, every other byte is
+    kept), with a backup first (O(backup)). When there is no main config, a minimal one with the
+    version and the imports line is created. Files are written atomically.
+  - Restarts nothing. RV(restart_required) is true exactly when a file changed; the
+    C(container_runtime) role restarts containerd then.
+options:
+  config_path:
+    description: The main containerd config.
+    type: path
+    default: /etc/containerd/config.toml
+  drop_in_dir:
+    description:
+      - Directory of the drop-in; the main config imports C(<drop_in_dir>/*.toml).
+      - Must be a directory (or absent); a file there stops the task before any change.
+    type: path
+    default: /etc/containerd/conf.d
+  drop_in_name:
+    description:
+      - File name of the drop-in. Must end in C(.toml). On containerd 1.x it has to sort after
+        any other drop-in that sets the CRI section, because the last one replaces the section;
+        validation reports files that do.
+    type: str
+    default: 99-nvidia.toml
+  runtime_name:
+    description: Name of the runtime, the C(handler) of the RuntimeClass that uses it.
+    type: str
+    default: nvidia
+  runtime_binary:
+    description: Absolute path of nvidia-container-runtime, written as the runtime's C(BinaryName).
+    type: path
+    default: /usr/bin/nvidia-container-runtime
+  default_runtime:
+    description:
+      - Make O(runtime_name) containerd's default runtime (C(default_runtime_name)), so every pod
+        gets it. When false (the default), pods ask for it through a RuntimeClass, and whatever
+        default the main config has is kept.
+    type: bool
+    default: false
+  validate:
+    description:
+      - Validate the candidate with the real containerd before writing (see the description).
+      - Set to false only on hosts where containerd cannot be started, for example to render a
+        config for a host that is not running. C(containerd --version) and C(config dump) are
+        still needed to work out the drop-in.
+      - In check mode only the C(config dump) part runs.
+    type: bool
+    default: true
+  validate_timeout:
+    description: Seconds the scratch containerd may take to serve its socket.
+    type: int
+    default: 30
+  containerd_binary:
+    description: The containerd to ask; the first C(containerd) on E(PATH) when not given.
+    type: path
+  ctr_binary:
+    description: The ctr used to ask the scratch containerd for its plugins; the first C(ctr) on E(PATH) when not given.
+    type: path
+  backup:
+    description: Keep a copy of a file before changing it, beside it (a name ending in C(~), which the C(*.toml) import does not match).
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Computes both files and validates them with C(containerd config dump); does not start the scratch containerd or write anything.
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
+notes:
+  - TOML is read with the standard C(tomllib) on Python 3.11 and newer, else with the C(toml) package
+    (Debian and Ubuntu python3-toml) when installed, else with a small reader in this collection that
+    covers what containerd configs use. The main config itself is only scanned up to its first
+    table, and only its C(imports) line is rewritten; containerd does the rest of the reading
+    (C(config dump)), so the result does not depend on which reader ran.
+  - The scratch containerd reads the same host paths the config names (for example the CNI
+    config directory, which containerd creates when missing, and the C(opt) plugin's directory);
+    a devmapper snapshotter with a pool is disabled in it, so it never opens the live thin pool.
+  - Files that nvidia-ctk 1.18.0 wrote to C(config.d) next to the main config while the imports
+    read C(conf.d) are reported as warnings, and left alone.
+  - Newer containerd releases may import C(/etc/containerd/conf.d/*.toml) on their own (2.1.9,
+    tested, does not); the explicit C(imports) entry is then redundant, not harmful, since
+    containerd loads each file once.
+seealso:
+  - module: kubegpu.gpu.docker_runtime
+author:
+  - kubegpu maintainers
+"""
+
+EXAMPLES = r"""
+- name: Give containerd the nvidia runtime (pods ask for it through a RuntimeClass)
+  kubegpu.gpu.containerd_runtime:
+  register: __container_runtime_containerd
+  notify: Restart containerd
+
+- name: Make nvidia the default runtime, with the toolkit installed under /usr/local
+  kubegpu.gpu.containerd_runtime:
+    runtime_binary: /usr/local/nvidia/toolkit/nvidia-container-runtime
+    default_runtime: true
+"""
+
+RETURN = r"""
+restart_required:
+  description: Whether a file changed, so containerd must be restarted to use it.
+  returned: always
+  type: bool
+containerd_version:
+  description: The installed containerd's version.
+  returned: when containerd was found
+  type: str
+  sample: 1.6.20
+config_version:
+  description: The main config's version (C(null) when it has none, which containerd 1.x reads as version 1).
+  returned: when containerd was found
+  type: int
+  sample: 2
+schema:
+  description: Where the runtime went, and how containerd merges imported files.
+  returned: when containerd was found
+  type: dict
+  sample: {"config_version": 2, "plugin": "io.containerd.grpc.v1.cri", "merge": "replace", "effective_plugin": "io.containerd.grpc.v1.cri"}
+drop_in_path:
+  description: The drop-in file.
+  returned: always
+  type: str
+  sample: /etc/containerd/conf.d/99-nvidia.toml
+config_changed:
+  description: Whether the main config was (or in check mode would be) changed or created.
+  returned: always
+  type: bool
+drop_in_changed:
+  description: Whether the drop-in was (or would be) changed or created.
+  returned: always
+  type: bool
+systemd_cgroup:
+  description: The SystemdCgroup value given to the runtime.
+  returned: when containerd was found
+  type: bool
+systemd_cgroup_source:
+  description: Where that value was read in the effective config.
+  returned: when containerd was found
+  type: str
+  sample: runtimes.runc.options.SystemdCgroup
+validation:
+  description: What was checked; C(dump) and C(daemon) are C(ok), C(skipped) or C(not run), C(plugins) the CRI plugins' states in the scratch containerd.
+  returned: always
+  type: dict
+  sample: {"dump": "ok", "daemon": "ok", "plugins": {"io.containerd.grpc.v1.cri": "ok"}}
+backup_files:
+  description: Backups written before changing files.
+  returned: always
+  type: list
+  elements: str
+toml_parser:
+  description: Which TOML reader ran (C(tomllib), C(toml) or C(builtin)).
+  returned: always
+  type: str
+"""
+
+import os
+import re
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd import (
+    ContainerdConfigError,
+    plan,
+    toml_parser_name,
+    validate_candidate,
+)
+
+RUNTIME_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def write_atomic(module, path, text, mode):
+    """Write `text` next to `path` under a name no import glob matches, then rename it over."""
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(
+        dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        existed = os.path.exists(path)
+        module.atomic_move(tmp, path, unsafe_writes=False)
+        if not existed:
+            os.chmod(path, mode)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            config_path=dict(type="path", default="/etc/containerd/config.toml"),
+            drop_in_dir=dict(type="path", default="/etc/containerd/conf.d"),
+            drop_in_name=dict(type="str", default="99-nvidia.toml"),
+            runtime_name=dict(type="str", default="nvidia"),
+            runtime_binary=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
+            default_runtime=dict(type="bool", default=False),
+            validate=dict(type="bool", default=True),
+            validate_timeout=dict(type="int", default=30),
+            containerd_binary=dict(type="path"),
+            ctr_binary=dict(type="path"),
+            backup=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    drop_in_path = os.path.join(p["drop_in_dir"], p["drop_in_name"])
+    result = dict(
+        changed=False,
+        restart_required=False,
+        drop_in_path=drop_in_path,
+        config_changed=False,
+        drop_in_changed=False,
+        validation={"dump": "not run", "daemon": "not run"},
+        backup_files=[],
+        toml_parser=toml_parser_name(),
+    )
+    if not RUNTIME_NAME.match(p["runtime_name"]):
+        module.fail_json(
+            msg="runtime_name %r is not a valid RuntimeClass handler: lowercase letters, digits and "
+            "'-', starting and ending with a letter or digit, at most 63 characters"
+            % p["runtime_name"],
+            **result,
+        )
+    if not os.path.isabs(p["runtime_binary"]):
+        module.fail_json(
+            msg="runtime_binary %r must be an absolute path (containerd runs BinaryName without a "
+            "search path), for example /usr/bin/nvidia-container-runtime" % p["runtime_binary"],
+            **result,
+        )
+    if p["validate_timeout"] < 1:
+        module.fail_json(
+            msg="validate_timeout must be at least 1 second, got %d" % p["validate_timeout"],
+            **result,
+        )
+
+    containerd = p["containerd_binary"] or module.get_bin_path(
+        "containerd", opt_dirs=["/usr/local/bin", "/usr/bin"]
+    )
+    if not containerd or not os.path.exists(containerd):
+        module.fail_json(
+            msg="containerd is not installed on this host (no containerd binary%s); install it first "
+            "(container_runtime_install: true installs the distribution's package)"
+            % (" at %s" % containerd if containerd else " on PATH"),
+            **result,
+        )
+    ctr = p["ctr_binary"] or module.get_bin_path("ctr", opt_dirs=["/usr/local/bin", "/usr/bin"])
+
+    def run(argv):
+        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})
+
+    try:
+        planned = plan(
+            run,
+            containerd,
+            p["config_path"],
+            p["drop_in_dir"],
+            p["drop_in_name"],
+            p["runtime_name"],
+            p["runtime_binary"],
+            p["default_runtime"],
+        )
+    except ContainerdConfigError as exc:
+        module.fail_json(msg=str(exc), **result)
+
+    result.update(
+        containerd_version=planned["containerd_version"],
+        config_version=planned["config_version"],
+        schema=planned["schema"].as_dict(),
+        systemd_cgroup=planned["systemd_cgroup"],
+        systemd_cgroup_source=planned["systemd_cgroup_source"],
+    )
+    for warning in planned["warnings"]:
+        module.warn(warning)
+    config_changed = planned["main_before"] != planned["main_after"]
+    drop_in_changed = planned["drop_in_before"] != planned["drop_in_after"]
+    changed = config_changed or drop_in_changed
+    result.update(
+        changed=changed,
+        restart_required=changed,
+        config_changed=config_changed,
+        drop_in_changed=drop_in_changed,
+    )
+    if module._diff and changed:
+        diffs = []
+        if config_changed:
+            diffs.append(
+                dict(
+                    before_header=p["config_path"],
+                    after_header=p["config_path"],
+                    before=planned["main_before"] or "",
+                    after=planned["main_after"],
+                )
+            )
+        if drop_in_changed:
+            diffs.append(
+                dict(
+                    before_header=drop_in_path,
+                    after_header=drop_in_path,
+                    before=planned["drop_in_before"] or "",
+                    after=planned["drop_in_after"],
+                )
+            )
+        result["diff"] = diffs
+    if not changed:
+        module.exit_json(**result)
+
+    if p["validate"]:
+        start_daemon = not module.check_mode
+        if start_daemon and not ctr:
+            module.fail_json(
+                msg="ctr (from the containerd package) is needed to validate the new configuration "
+                "and was not found; set ctr_binary, or validate: false to skip validation",
+                **result,
+            )
+        try:
+            result["validation"] = validate_candidate(
+                run,
+                containerd,
+                ctr,
+                planned["containerd_version_tuple"],
+                planned["schema"],
+                p["config_path"],
+                planned["main_after"],
+                drop_in_path,
+                planned["drop_in_after"],
+                p["runtime_name"],
+                p["runtime_binary"],
+                planned["systemd_cgroup"],
+                p["default_runtime"],
+                start_daemon=start_daemon,
+                timeout=p["validate_timeout"],
+            )
+        except ContainerdConfigError as exc:
+            result.update(changed=False, restart_required=False)
+            module.fail_json(msg="Nothing was changed: %s" % exc, **result)
+        if module.check_mode:
+            result["validation"]["daemon"] = "skipped (check mode)"
+    else:
+        result["validation"] = {"dump": "skipped", "daemon": "skipped"}
+
+    if module.check_mode:
+        module.exit_json(**result)
+
+    try:
+        if drop_in_changed:
+            if not os.path.isdir(p["drop_in_dir"]):
+                os.makedirs(p["drop_in_dir"], 0o755)
+            if p["backup"] and planned["drop_in_before"] is not None:
+                result["backup_files"].append(module.backup_local(drop_in_path))
+            write_atomic(module, drop_in_path, planned["drop_in_after"], 0o644)
+        if config_changed:
+            parent = os.path.dirname(p["config_path"])
+            if not os.path.isdir(parent):
+                os.makedirs(parent, 0o755)
+            if p["backup"] and planned["main_before"] is not None:
+                result["backup_files"].append(module.backup_local(p["config_path"]))
+            write_atomic(module, p["config_path"], planned["main_after"], 0o644)
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="writing the containerd configuration failed: %s" % exc, **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,505 @@
+"""Roles nvidia_container_toolkit and container_runtime on testbed nodes, end to end.
+
+Real parts: Debian 12 nodes with systemd, real apt through the testbed's proxy, the testbed's
+signed vendor repository served on the bridge (an operator-given mirror as far as the role
+can tell), containerd 1.6 and runc from Debian on the node that can run containers, and
+systemd restarting it. Test doubles, named as such: the toolkit packages (the testbed builds
+them; they say TEST DOUBLE) and, on the node with a SIMULATED GPU, an nvidia-smi replaying a
+real capture; nvidia-ctk's double generates the CDI spec from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kubegpu.testbed import TestbedState
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SIMULATED_SMI = "/usr/local/lib/kubegpu-simulated/nvidia-smi"
+NVCT = "/usr/bin/nvidia-container-runtime"
+PACKAGES = (
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+)
+MODULE_TASK = "Wire the nvidia runtime into containerd through a validated drop-in"
+
+TOOLKIT_PLAY = """
+- name: Install the container toolkit from the testbed's mirror
+  hosts: "{{ kubegpu_nodes }}"
+  gather_facts: true
+  roles:
+    - role: kubegpu.gpu.nvidia_container_toolkit
+      vars:
+        nvidia_container_toolkit_repo_url: "{{ kubegpu_testbed_vendor_repo_url }}/stable/deb/$(ARCH)"
+        nvidia_container_toolkit_repo_key_file: "{{ kubegpu_testbed_vendor_repo_key }}"
+        nvidia_container_toolkit_version: "{{ kubegpu_toolkit_version }}"
+        nvidia_container_toolkit_nvidia_smi: "{{ kubegpu_nvidia_smi | default('') }}"
+"""
+
+RUNTIME_PLAY = """
+- name: Give containerd the nvidia runtime
+  hosts: "{{ kubegpu_nodes }}"
+  gather_facts: true
+  roles:
+    - role: kubegpu.gpu.container_runtime
+      vars:
+        container_runtime_install: true
+        container_runtime_type: containerd
+"""
+
+
+def ssh(testbed: TestbedState, node: str, command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        testbed.ssh_argv(node, command), capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def ssh_ok(testbed: TestbedState, node: str, command: str) -> str:
+    proc = ssh(testbed, node, command)
+    assert proc.returncode == 0, f"{command}: {proc.stdout}{proc.stderr}"
+    return proc.stdout
+
+
+class Run:
+    """One ansible-playbook run read through the json callback."""
+
+    def __init__(self, proc: subprocess.CompletedProcess[str]) -> None:
+        self.rc = proc.returncode
+        self.raw = proc.stdout + proc.stderr
+        self.data = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+
+    def stats(self, node: str) -> dict:
+        return self.data["stats"][node]
+
+    def task(self, name: str, node: str) -> dict:
+        found = [
+            t["hosts"][node]
+            for play in self.data["plays"]
+            for t in play["tasks"]
+            if t["task"]["name"].endswith(name) and node in t["hosts"]
+        ]
+        assert found, f"task {name!r} did not run on {node}:\n{self.explain()}"
+        return found[-1]
+
+    def explain(self) -> str:
+        """The failed tasks, per host, or the tail of the output when there is no JSON."""
+        lines = [
+            f"{host}: {t['task']['name']}: {str(r.get('msg'))[:1500]}"
+            for play in self.data.get("plays", [])
+            for t in play["tasks"]
+            for host, r in t["hosts"].items()
+            if r.get("failed") or r.get("unreachable")
+        ]
+        return "\n".join(lines) or self.explain()
+
+    def failures(self, node: str) -> list[str]:
+        return [
+            str(t["hosts"][node].get("msg"))
+            for play in self.data.get("plays", [])
+            for t in play["tasks"]
+            if node in t["hosts"] and t["hosts"][node].get("failed")
+        ]
+
+
+@pytest.fixture(scope="module")
+def play(testbed: TestbedState, ansible_bin: Path, tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("container-runtime")
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_FORCE_COLOR="0",
+    )
+
+    def run(text: str, nodes: list[str], *extra: str, **extra_vars: str) -> Run:
+        path = folder / f"play-{abs(hash(text))}.yml"
+        path.write_text(text)
+        argv = [
+            str(ansible_bin / "ansible-playbook"),
+            "-i",
+            str(testbed.inventory),
+            "-e",
+            f"kubegpu_nodes={','.join(nodes)}",
+        ]
+        for key, value in extra_vars.items():
+            argv += ["-e", f"{key}={value}"]
+        proc = subprocess.run(
+            [*argv, *extra, str(path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+            check=False,
+        )
+        return Run(proc)
+
+    return run
+
+
+def nodes_where(testbed: TestbedState, what: str) -> list[str]:
+    pick = {
+        "containers": lambda n: n.containers,
+        "gpu": lambda n: bool(n.simulated_gpu),
+        "plain": lambda n: not n.containers and not n.simulated_gpu,
+    }[what]
+    return [n.name for n in testbed.nodes if pick(n)]
+
+
+@pytest.fixture(scope="module")
+def gpu_node(testbed: TestbedState) -> str:
+    nodes = nodes_where(testbed, "gpu")
+    if not nodes:
+        pytest.skip("no node with a simulated GPU in this testbed (KUBEGPU_TESTBED_SIMULATE_GPU)")
+    return nodes[0]
+
+
+@pytest.fixture(scope="module")
+def plain_node(testbed: TestbedState) -> str:
+    nodes = nodes_where(testbed, "plain")
+    if not nodes:
+        pytest.skip("no GPU-less node without containers in this testbed")
+    return nodes[0]
+
+
+@pytest.fixture(scope="module")
+def containers_node(testbed: TestbedState) -> str:
+    nodes = nodes_where(testbed, "containers")
+    if not nodes:
+        pytest.skip("no node that can run containerd in this testbed (KUBEGPU_TESTBED_CONTAINERS)")
+    return nodes[0]
+
+
+# --- the toolkit ------------------------------------------------------------------------------------
+
+
+def installed(testbed: TestbedState, node: str) -> dict[str, str]:
+    out = ssh_ok(
+        testbed,
+        node,
+        "dpkg-query -W -f='${Package} ${Version} ${Status}\\n' " + " ".join(PACKAGES) + " || true",
+    )
+    return {
+        line.split()[0]: " ".join(line.split()[1:]) for line in out.splitlines() if line.strip()
+    }
+
+
+@pytest.fixture(scope="module")
+def toolkit_nodes(
+    testbed: TestbedState, play, gpu_node: str, plain_node: str
+) -> Iterator[list[str]]:
+    nodes = [plain_node, gpu_node]
+    for node in nodes:  # another test may have added the same repository by hand: not ours
+        ssh_ok(testbed, node, "rm -f /etc/apt/sources.list.d/kubegpu-testbed-vendor.list")
+    yield nodes
+
+
+def test_a_conflicting_source_of_the_repository_is_named(
+    testbed: TestbedState, play, toolkit_nodes: list[str]
+) -> None:
+    node = toolkit_nodes[0]
+    conflicting = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+    ssh_ok(
+        testbed,
+        node,
+        f"echo 'deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
+        f"{testbed.vendor_repo_url}/stable/deb/$(ARCH) /' > {conflicting}",
+    )
+    apt_state = (
+        "cd /etc/apt && find sources.list.d keyrings preferences.d -type f | sort | xargs -r md5sum"
+    )
+    try:
+        before = ssh_ok(testbed, node, apt_state)
+        run = play(TOOLKIT_PLAY, [node], kubegpu_toolkit_version="1.17.8-1")
+        assert run.rc != 0
+        assert any(
+            conflicting in m and "nvidia_container_toolkit_repo_manage" in m
+            for m in run.failures(node)
+        ), run.explain()
+        assert ssh_ok(testbed, node, apt_state) == before  # nothing added or changed
+    finally:
+        ssh_ok(testbed, node, f"rm -f {conflicting}")
+
+
+def test_toolkit_is_installed_pinned_and_held(
+    testbed: TestbedState, play, toolkit_nodes: list[str], gpu_node: str, plain_node: str
+) -> None:
+    run = play(
+        TOOLKIT_PLAY,
+        toolkit_nodes,
+        kubegpu_toolkit_version="1.17.8-1",
+        kubegpu_nvidia_smi=SIMULATED_SMI,
+    )
+    assert run.rc == 0, run.explain()
+    for node in toolkit_nodes:
+        assert installed(testbed, node) == dict.fromkeys(PACKAGES, "1.17.8-1 hold ok installed"), (
+            node
+        )
+        assert "kubegpu TEST DOUBLE" in ssh_ok(
+            testbed, node, "cat /usr/share/doc/nvidia-container-toolkit/TEST-DOUBLE"
+        )
+        source = ssh_ok(
+            testbed, node, "cat /etc/apt/sources.list.d/kubegpu-nvidia-container-toolkit.sources"
+        )
+        assert "Signed-By: /etc/apt/keyrings/kubegpu-nvidia-container-toolkit.gpg" in source
+        assert "Pin: version 1.17.8-1" in ssh_ok(
+            testbed, node, "cat /etc/apt/preferences.d/kubegpu-nvidia-container-toolkit"
+        )
+    # 1.18.0-1 is in the repository too, but neither an upgrade nor a dist-upgrade moves them.
+    for command in ("upgrade", "dist-upgrade"):
+        simulated = ssh_ok(testbed, toolkit_nodes[0], f"apt-get -s {command}")
+        assert not [
+            ln
+            for ln in simulated.splitlines()
+            if ln.startswith("Inst") and any(p in ln for p in PACKAGES)
+        ]
+    # CDI: the GPU-less node is skipped with the reason, the simulated one gets a spec
+    skip = run.task("Skip the CDI spec because the node has no working NVIDIA driver", plain_node)
+    assert "CDI spec not generated on" in skip["msg"] and "not_installed" in skip["msg"], skip[
+        "msg"
+    ]
+    assert ssh(testbed, plain_node, "test -e /etc/cdi/nvidia.yaml").returncode == 1
+    spec = ssh_ok(testbed, gpu_node, "cat /etc/cdi/nvidia.yaml")
+    assert "kubegpu.io/simulated" in spec and "nvidia.com/gpu" in spec
+    assert run.task("Generate the CDI spec with nvidia-ctk", gpu_node)["changed"] is True
+
+
+def test_toolkit_upgrade_moves_the_hold_and_regenerates_cdi(
+    testbed: TestbedState, play, toolkit_nodes: list[str], gpu_node: str
+) -> None:
+    run = play(
+        TOOLKIT_PLAY,
+        toolkit_nodes,
+        kubegpu_toolkit_version="1.18.0-1",
+        kubegpu_nvidia_smi=SIMULATED_SMI,
+    )
+    assert run.rc == 0, run.explain()
+    for node in toolkit_nodes:
+        assert installed(testbed, node) == dict.fromkeys(PACKAGES, "1.18.0-1 hold ok installed"), (
+            node
+        )
+    assert run.task("Generate the CDI spec with nvidia-ctk", gpu_node)["changed"] is True
+    stamp = json.loads(
+        ssh_ok(testbed, gpu_node, "cat /var/lib/kubegpu/nvidia-container-toolkit-cdi.inputs.json")
+    )
+    assert stamp["toolkit_version"] == "1.18.0-1" and stamp["gpus"] and stamp["driver_version"]
+
+    again = play(
+        TOOLKIT_PLAY,
+        toolkit_nodes,
+        kubegpu_toolkit_version="1.18.0-1",
+        kubegpu_nvidia_smi=SIMULATED_SMI,
+    )
+    assert again.rc == 0, again.explain()
+    for node in toolkit_nodes:
+        assert again.stats(node)["changed"] == 0, (node, again.explain())
+    assert again.task("Generate the CDI spec with nvidia-ctk", gpu_node).get("skipped") is True
+
+
+def test_toolkit_check_mode_changes_nothing(
+    testbed: TestbedState, play, toolkit_nodes: list[str]
+) -> None:
+    node = toolkit_nodes[0]
+    before = installed(testbed, node)
+    run = play(TOOLKIT_PLAY, [node], "--check", "--diff", kubegpu_toolkit_version="1.17.8-1")
+    assert run.rc == 0, run.explain()
+    assert run.stats(node)["changed"] > 0
+    assert installed(testbed, node) == before
+
+
+# --- containerd -------------------------------------------------------------------------------------
+
+
+def main_pid(testbed: TestbedState, node: str) -> str:
+    out = ssh_ok(
+        testbed,
+        node,
+        "systemctl is-active containerd; systemctl show -p MainPID --value containerd",
+    )
+    state, pid = out.split()
+    assert state == "active"
+    return pid
+
+
+def effective(testbed: TestbedState, node: str) -> dict:
+    import tomllib
+
+    return tomllib.loads(ssh_ok(testbed, node, "containerd config dump"))
+
+
+def runtimes(testbed: TestbedState, node: str) -> dict:
+    return effective(testbed, node)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"][
+        "runtimes"
+    ]
+
+
+def test_check_mode_on_a_node_without_containerd(
+    testbed: TestbedState, play, containers_node: str
+) -> None:
+    """Before containerd is installed, check mode reports the installation and changes nothing."""
+    node = containers_node
+    if ssh(testbed, node, "command -v containerd").returncode == 0:
+        pytest.skip("containerd is already on the node (a reused testbed)")
+    run = play(RUNTIME_PLAY, [node], "--check", "--diff")
+    assert run.rc == 0, run.explain()
+    report = run.task("Report the packages check mode would install", node)
+    assert report["changed"] is True and "containerd would be installed" in report["msg"]
+    note = run.task(
+        "Note that check mode cannot render the drop-in before containerd is installed", node
+    )
+    assert "would be installed first" in note["msg"]
+    assert ssh(testbed, node, "command -v containerd").returncode == 1
+    assert ssh(testbed, node, "test -e /etc/containerd").returncode == 1
+
+
+@pytest.fixture(scope="module")
+def containerd_node(testbed: TestbedState, play, containers_node: str) -> str:
+    run = play(RUNTIME_PLAY, [containers_node])
+    assert run.rc == 0, run.explain()
+    result = run.task(MODULE_TASK, containers_node)
+    assert result["changed"] and result["containerd_version"].startswith("1.6.")
+    assert result["validation"]["daemon"] == "ok"
+    return containers_node
+
+
+def test_containerd_runs_with_the_nvidia_runtime(
+    testbed: TestbedState, containerd_node: str
+) -> None:
+    node = containerd_node
+    main_pid(testbed, node)
+    rts = runtimes(testbed, node)
+    assert rts["nvidia"]["runtime_type"] == "io.containerd.runc.v2"
+    assert rts["nvidia"]["options"]["BinaryName"] == NVCT
+    assert rts["nvidia"]["options"]["SystemdCgroup"] == rts["runc"]["options"].get(
+        "SystemdCgroup", False
+    )
+    cri = effective(testbed, node)["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["cni"]["bin_dir"] == "/usr/lib/cni"  # Debian's setting, kept
+    plugins = ssh_ok(testbed, node, "ctr plugins ls")
+    assert [
+        ln.split()[-1]
+        for ln in plugins.splitlines()
+        if ln.split()[:2] == ["io.containerd.grpc.v1", "cri"]
+    ] == ["ok"]
+
+
+def test_second_run_changes_nothing_and_does_not_restart(
+    testbed: TestbedState, play, containerd_node: str
+) -> None:
+    pid = main_pid(testbed, containerd_node)
+    run = play(RUNTIME_PLAY, [containerd_node])
+    assert run.rc == 0, run.explain()
+    assert run.stats(containerd_node)["changed"] == 0
+    assert main_pid(testbed, containerd_node) == pid
+
+
+DEFAULT_WITH_SYSTEMD = "containerd config default | sed 's/SystemdCgroup = false/SystemdCgroup = true/' > /etc/containerd/config.toml"
+
+
+def test_rewritten_main_config_gets_only_its_imports_line_back(
+    testbed: TestbedState, play, containerd_node: str
+) -> None:
+    node = containerd_node
+    # Another tool writes a fresh default config (runc with the systemd cgroup driver).
+    ssh_ok(testbed, node, DEFAULT_WITH_SYSTEMD)
+    pid = main_pid(testbed, node)
+    first = play(RUNTIME_PLAY, [node])
+    assert first.rc == 0, first.explain()
+    assert first.task(MODULE_TASK, node)["drop_in_changed"] is True  # its CRI section changed
+    assert main_pid(testbed, node) != pid  # restarted by the handler
+    rts = runtimes(testbed, node)
+    assert (
+        rts["nvidia"]["options"]["SystemdCgroup"] is True
+        and rts["runc"]["options"]["SystemdCgroup"] is True
+    )
+
+    # The same tool runs again: only the imports line is missing.
+    ssh_ok(testbed, node, DEFAULT_WITH_SYSTEMD)
+    fresh = ssh_ok(testbed, node, "cat /etc/containerd/config.toml")
+    second = play(RUNTIME_PLAY, [node])
+    assert second.rc == 0, second.explain()
+    result = second.task(MODULE_TASK, node)
+    assert (result["changed"], result["config_changed"], result["drop_in_changed"]) == (
+        True,
+        True,
+        False,
+    )
+    now = ssh_ok(testbed, node, "cat /etc/containerd/config.toml")
+    differing = [
+        (a, b) for a, b in zip(fresh.splitlines(), now.splitlines(), strict=True) if a != b
+    ]
+    assert differing == [("imports = []", 'imports = ["/etc/containerd/conf.d/*.toml"]')]
+
+    third = play(RUNTIME_PLAY, [node])
+    assert third.rc == 0 and third.stats(node)["changed"] == 0, third.explain()
+
+
+BREAKERS = {
+    "toml error": (
+        "printf '[plugins.\"io.containerd.grpc.v1.cri\"\\n' >> /etc/containerd/config.toml",
+        "containerd cannot load the configuration",
+    ),
+    "newer version": (
+        "sed -i 's/^version = 2/version = 4/' /etc/containerd/config.toml",
+        "has `version = 4`",
+    ),
+    "drop-in dir is a file": (
+        "mv /etc/containerd/conf.d /root/kubegpu-conf.d.saved && echo notes > /etc/containerd/conf.d",
+        "is not a directory",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BREAKERS))
+def test_broken_inputs_stop_with_a_message_and_containerd_keeps_running(
+    testbed: TestbedState, play, containerd_node: str, case: str
+) -> None:
+    node = containerd_node
+    command, message = BREAKERS[case]
+    ssh_ok(testbed, node, "cp -a /etc/containerd /root/kubegpu-containerd.saved")
+    pid = main_pid(testbed, node)
+    try:
+        ssh_ok(testbed, node, command)
+        before = ssh_ok(testbed, node, "find /etc/containerd -type f | sort | xargs md5sum")
+        run = play(RUNTIME_PLAY, [node])
+        assert run.rc != 0
+        assert any(message in m for m in run.failures(node)), run.failures(node) or run.explain()
+        assert ssh_ok(testbed, node, "find /etc/containerd -type f | sort | xargs md5sum") == before
+        assert main_pid(testbed, node) == pid  # not restarted, still serving its old config
+        assert ssh(testbed, node, "ctr plugins ls >/dev/null").returncode == 0
+    finally:
+        ssh_ok(
+            testbed,
+            node,
+            "rm -rf /etc/containerd /root/kubegpu-conf.d.saved && mv /root/kubegpu-containerd.saved /etc/containerd",
+        )
+    run = play(RUNTIME_PLAY, [node])
+    assert run.rc == 0 and run.stats(node)["changed"] == 0, run.explain()
+
+
+def test_check_mode_with_default_runtime_changes_nothing(
+    testbed: TestbedState, play, containerd_node: str
+) -> None:
+    node = containerd_node
+    before = ssh_ok(testbed, node, "find /etc/containerd -type f | sort | xargs md5sum")
+    pid = main_pid(testbed, node)
+    run = play(RUNTIME_PLAY, [node], "--check", "--diff", container_runtime_default_runtime="true")
+    assert run.rc == 0, run.explain()
+    result = run.task(MODULE_TASK, node)
+    assert result["changed"] and result["validation"] == {
+        "dump": "ok",
+        "daemon": "skipped (check mode)",
+    }
+    assert 'default_runtime_name = "nvidia"' in result["diff"][0]["after"]
+    assert ssh_ok(testbed, node, "find /etc/containerd -type f | sort | xargs md5sum") == before
+    assert main_pid(testbed, node) == pid
