@@ -144,3 +144,15 @@ def test_subnet_overlapping_a_host_address_is_refused() -> None:
     name, net = nets[0]
     with pytest.raises(TestbedInputError, match=f"already configured on {name}"):
         network.check_subnet_free(net, "kgtb-none")
+
+
+def test_owned_processes_match_the_state_folder_not_a_longer_name() -> None:
+    from kubegpu.testbed.nodes import mentions_path
+
+    assert mentions_path(
+        ["systemd-nspawn", "-D", "/run/kubegpu-testbed/node1/merged"], "/run/kubegpu-testbed"
+    )
+    assert mentions_path(["launcher", "--state=/run/kubegpu-testbed"], "/run/kubegpu-testbed")
+    assert not mentions_path(
+        ["systemd-nspawn", "-D", "/run/kubegpu-testbed-drv/n1"], "/run/kubegpu-testbed"
+    )

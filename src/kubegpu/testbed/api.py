@@ -442,7 +442,7 @@ def _owned_processes(state_dir: Path) -> list[int]:
         if pid in spare:
             continue
         argv = read_cmdline(pid)
-        if not argv or not any(marker in a for a in argv):
+        if not argv or not nodes.mentions_path(argv, marker):
             continue
         if any(prog in a for a in argv[:3] for prog in OWNED_PROGRAMS):
             found.append(pid)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -324,9 +325,15 @@ def wait_ready(
         time.sleep(0.2)
 
 
+def mentions_path(argv: list[str], path: str) -> bool:
+    """argv names path itself or something under it; /run/tb does not match /run/tb-other."""
+    pattern = re.compile(re.escape(path.rstrip("/")) + r"(?=$|[/\s:=,\"'])")
+    return any(pattern.search(part) for part in argv)
+
+
 def owned_pid(pid: int, marker: str) -> bool:
     """pid is alive and its command line mentions marker (our state folder)."""
-    return pid_alive(pid) and any(marker in part for part in read_cmdline(pid))
+    return pid_alive(pid) and mentions_path(read_cmdline(pid), marker)
 
 
 def recorded_cgroups(record: Path) -> list[Path]:
