@@ -132,12 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("version", help="print the kubegpu version")
     p.set_defaults(func=lambda a: print(f"kubegpu {__version__}") or EXIT_OK)
 
-    try:
-        from kubegpu.testbed.cli import register
-    except ImportError:  # pragma: no cover - the testbed ships with the package
-        pass
-    else:
-        register(sub)
+    from kubegpu.smoke import register as register_smoke
+    from kubegpu.testbed.cli import register as register_testbed
+
+    register_smoke(sub)
+    register_testbed(sub)
     return parser
 
 

@@ -25,6 +25,7 @@ KNOWN_TAGS = frozenset(
         "runtime",
         "kubelet",
         "cluster",
+        "tenants",
         "validate",
         "upgrade",
         "reset",

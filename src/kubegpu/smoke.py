@@ -413,12 +413,13 @@ def _cleanup(
             f"Job {ns}/{job_name}",
             lambda: api.batch.delete_namespaced_job(job_name, ns, propagation_policy="Background"),
         )
-    # Pods: a job's pods may exist even when the create call reported an error.
-    try:
-        pods = api.pods(ns, job_name)
-    except Exception as exc:  # listed as a cleanup error
-        pods = []
-        errors.append(f"pods of {job_name}: {_api_error(exc)}")
+    # Pods: once the Job was submitted they may exist, even if its create call reported an error.
+    pods: list[dict[str, Any]] = []
+    if created:
+        try:
+            pods = api.pods(ns, job_name)
+        except Exception as exc:  # listed as a cleanup error
+            errors.append(f"pods of {job_name}: {_api_error(exc)}")
     for pod in pods:
         name = pod["metadata"]["name"]
         attempt(f"Pod {ns}/{name}", functools.partial(api.core.delete_namespaced_pod, name, ns))
@@ -444,7 +445,9 @@ def exit_code(result: SmokeResult) -> int:
 
 
 def render(result: SmokeResult) -> str:
-    verdict = {"passed": "PASS", "timeout": "TIMEOUT"}.get(result.outcome, "FAIL")
+    verdict = {"passed": "PASS", "timeout": "TIMEOUT", "unreachable": "UNREACHABLE"}.get(
+        result.outcome, "FAIL"
+    )
     lines = [
         f"smoke {result.workload} in {result.namespace} (Job {result.job}): {verdict} "
         f"after {result.elapsed_s:.0f}s",

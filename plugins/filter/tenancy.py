@@ -1,0 +1,74 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu contributors
+# Apache License 2.0 (see LICENSE)
+"""Filters that expose GPU tenancy rendering to the gpu_tenancy role.
+
+The logic lives in plugins/module_utils/tenancy.py (pure functions, tested without a cluster);
+these filters only pass data in and out. They run on the controller and touch nothing.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: tenancy_validate
+short_description: Check and complete the gpu_tenancy_* settings
+description:
+  - Takes every gpu_tenancy_* variable as one mapping (keys without the prefix) and returns
+    C({settings, errors}); each error names the variable, the tenant and the field.
+  - Companion filters C(tenancy_plan) (what to apply and prune, from the cluster's state) and
+    C(tenancy_monitoring) (the Grafana dashboard ConfigMap and the PrometheusRule).
+options:
+  _input:
+    description: The gpu_tenancy_* variables without the prefix.
+    type: dict
+    required: true
+"""
+
+import copy
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy
+
+
+def _plain(value):
+    """Ansible's tagged values are subclasses of dict, list and str: copy them as plain ones."""
+    if isinstance(value, dict):
+        return dict((str(k), _plain(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, str):
+        return str(value)
+    return copy.deepcopy(value)
+
+
+def tenancy_validate(config):
+    if not isinstance(config, dict):
+        raise AnsibleFilterError("tenancy_validate expects the gpu_tenancy_* settings as a mapping")
+    settings, errors = tenancy.validate_settings(_plain(config))
+    return {"settings": settings, "errors": errors}
+
+
+def tenancy_plan(settings, namespaces=None, owned=None):
+    """settings from tenancy_validate; namespaces and owned as k8s_info returns them."""
+    if not isinstance(settings, dict) or "tenants" not in settings:
+        raise AnsibleFilterError("tenancy_plan expects the settings that tenancy_validate returns")
+    return tenancy.plan(_plain(settings), _plain(namespaces or []), _plain(owned or []))
+
+
+def tenancy_monitoring(settings, prometheus_rules_api=False):
+    if not isinstance(settings, dict) or "monitoring_namespace" not in settings:
+        raise AnsibleFilterError(
+            "tenancy_monitoring expects the settings that tenancy_validate returns"
+        )
+    return tenancy.render_monitoring(_plain(settings), bool(prometheus_rules_api))
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "tenancy_validate": tenancy_validate,
+            "tenancy_plan": tenancy_plan,
+            "tenancy_monitoring": tenancy_monitoring,
+        }

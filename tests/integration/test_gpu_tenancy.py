@@ -1,0 +1,578 @@
+"""GPU tenancy and `kubegpu smoke` against the test Kubernetes API server (tests/apiserver).
+
+Real here: the gpu_tenancy role, run by ansible-playbook through playbooks/tenants.yml, applying
+with kubernetes.core's server-side apply to real upstream API machinery over etcd (validation,
+server-side apply and managed fields, label selectors, deletion); `kubegpu smoke`'s submission,
+polling, log reading and cleanup through the Kubernetes Python client.
+
+Simulated, because the test server runs no controllers and no kubelets:
+- the Job controller: the test creates the smoke Job's pod from the Job's template;
+- the kubelet: the test sets the pod's phase through the status subresource, and writes the
+  pod's log into the annotation the test server serves as the pod's log. Those log lines are
+  the ones the training script prints (the same format strings), written by the test: no GPU
+  and no PyTorch run here;
+- the namespace controller: a deleted namespace stays Terminating, which counts as deleted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy as t
+from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_manifests import parse_quantity
+
+from kubegpu import smoke
+
+try:
+    from tests.apiserver.fixture import KubeAPIServer, kube_apiserver  # noqa: F401 - fixture
+except ImportError:  # pragma: no cover - the server's fixture is part of the repository
+    pytest.skip("tests/apiserver/fixture.py is not available", allow_module_level=True)
+
+pytestmark = pytest.mark.apiserver
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = REPO / "playbooks" / "tenants.yml"
+# The test server returns this annotation as the pod's log (tests/apiserver registry.go).
+LOG_ANNOTATION = "apiserver.kubegpu.test/log"
+
+ALPHA = {
+    "name": "alpha",
+    "description": "team alpha",
+    "gpus": {"nvidia.com/gpu": "4"},
+    "max_gpus_per_container": "2",
+    "cpu": {"requests": "32", "limits": "64"},
+    "memory": "256Gi",
+    "pods": "50",
+    "gpu_products": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"],
+    "members": [
+        {"kind": "Group", "name": "alpha-researchers"},
+        {"kind": "User", "name": "alice@example.com"},
+    ],
+}
+BETA = {
+    "name": "beta",
+    "gpus": {"nvidia.com/mig-1g.10gb": "7"},
+    "cpu": "8",
+    "memory": "32Gi",
+    "members": [{"kind": "User", "name": "bob@example.com"}],
+    "pod_security": {"level": "baseline", "reason": "legacy image runs as root (OPS-42)"},
+}
+SHARED = {
+    "name": "shared-team",
+    "gpus": {"nvidia.com/gpu": "1"},
+    "members": [{"kind": "Group", "name": "shared"}],
+    "adopt_namespace": True,
+}
+_runs = itertools.count()
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def run_tenancy(server: Any, tmp_path: Path, *options: str, **variables: Any) -> dict[str, Any]:
+    """ansible-playbook playbooks/tenants.yml [options] with these gpu_tenancy_* variables.
+
+    Returns {rc, stats (localhost), failures: [messages of failed tasks], output}.
+    """
+    extra = {
+        "kubegpu_kubeconfig": str(server.kubeconfig),
+        # kubernetes.core needs the kubernetes library: the Python running the tests has it.
+        "ansible_python_interpreter": sys.executable,
+        **{f"gpu_tenancy_{k}": v for k, v in variables.items()},
+    }
+    vars_file = tmp_path / f"tenancy-vars-{next(_runs)}.json"
+    vars_file.write_text(json.dumps(extra))
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_LOCALHOST_WARNING="False",
+    )
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            str(PLAYBOOK),
+            "-e",
+            f"@{vars_file}",
+            *options,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail(
+            f"ansible-playbook printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    failures, changed = [], []
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            result = task["hosts"].get("localhost", {})
+            if result.get("failed"):
+                failures.append(json.dumps(result.get("msg")))
+            for item in result.get("results") or []:
+                if item.get("failed"):
+                    failures.append(json.dumps(item.get("msg")))
+            if result.get("action") == "kubernetes.core.k8s" and not result.get("skipped"):
+                changed.extend(_changed_objects(result))
+    return {
+        "rc": proc.returncode,
+        "stats": report["stats"].get("localhost", {}),
+        "changed": changed,
+        "failures": failures,
+        "output": proc.stdout[-20000:] + proc.stderr[-5000:],
+    }
+
+
+def _changed_objects(result: dict[str, Any]) -> list[str]:
+    """The objects a kubernetes.core.k8s call changed: its definitions, paired with its results."""
+    results = (result.get("result") or {}).get("results")
+    if results is None:  # one definition: the module returns its result directly
+        results = [result]
+    definitions = result["invocation"]["module_args"]["definition"]
+    if isinstance(definitions, dict):
+        definitions = [definitions]
+    assert len(definitions) == len(results)
+    return [_describe(d) for d, r in zip(definitions, results, strict=True) if r.get("changed")]
+
+
+def _describe(item: Any) -> str:
+    """'Kind namespace/name' of a loop item (a manifest or an object reference)."""
+    if not isinstance(item, dict):
+        return str(item)
+    meta = item.get("metadata") or item
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{item.get('kind')} {where}{meta.get('name')}"
+
+
+def api(server: Any) -> tuple[Any, Any, Any, Any]:
+    from kubernetes import client
+
+    api_client = server.client()
+    return (
+        client.CoreV1Api(api_client),
+        client.RbacAuthorizationV1Api(api_client),
+        client.NetworkingV1Api(api_client),
+        client.BatchV1Api(api_client),
+    )
+
+
+def raw(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """A read as plain JSON (camelCase, as in manifests)."""
+    return dict(json.loads(call(*args, _preload_content=False, **kwargs).data))
+
+
+def missing(call: Any, *args: Any) -> bool:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        obj = raw(call, *args)
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    # Without a namespace controller a deleted namespace stays Terminating.
+    return bool(obj["metadata"].get("deletionTimestamp"))
+
+
+def expected(*tenants: dict[str, Any]) -> dict[str, Any]:
+    normalized, errors = t.validate_settings({"tenants": list(tenants)})
+    assert errors == []
+    return normalized
+
+
+def same_quantities(got: dict[str, str], want: dict[str, str]) -> bool:
+    return set(got) == set(want) and all(
+        Fraction(parse_quantity(got[k])) == parse_quantity(want[k]) for k in want
+    )
+
+
+# --- tenants: apply, idempotence, read back ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def applied(
+    kube_apiserver: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """Two namespaces nobody labelled exist first; then three tenants are applied twice."""
+    core, *_ = api(kube_apiserver)
+    for name in ("legacy", "shared-team"):
+        core.create_namespace({"metadata": {"name": name, "labels": {"owner": "someone-else"}}})
+    tmp_path = tmp_path_factory.mktemp("tenancy")
+    first = run_tenancy(kube_apiserver, tmp_path, tenants=[ALPHA, BETA, SHARED])
+    second = run_tenancy(kube_apiserver, tmp_path, tenants=[ALPHA, BETA, SHARED])
+    yield {"server": kube_apiserver, "tmp": tmp_path, "first": first, "second": second}
+
+
+def test_tenants_are_created_and_a_second_run_changes_nothing(applied: dict[str, Any]) -> None:
+    first, second = applied["first"], applied["second"]
+    assert first["rc"] == 0, first["failures"] or first["output"]
+    # Every object was created (changed), each once.
+    assert sorted(first["changed"]) == sorted(
+        _describe(m) for m in t.render_tenants(expected(ALPHA, BETA, SHARED))
+    )
+    assert second["rc"] == 0, second["failures"] or second["output"]
+    assert second["stats"]["changed"] == 0, second["changed"]
+    assert second["stats"]["failures"] == 0
+
+
+def test_quota_limits_and_rbac_read_back_exactly_as_specified(applied: dict[str, Any]) -> None:
+    core, rbac, networking, _ = api(applied["server"])
+    settings = expected(ALPHA, BETA, SHARED)
+    for tenant in settings["tenants"]:
+        ns = tenant["name"]
+        quota = raw(core.read_namespaced_resource_quota, t.QUOTA_NAME, ns)
+        assert same_quantities(quota["spec"]["hard"], t.quota_hard(tenant)), quota["spec"]
+        limits = raw(core.read_namespaced_limit_range, t.LIMITS_NAME, ns)["spec"]["limits"]
+        (want,) = t.limit_range_limits(tenant)
+        (got,) = limits
+        assert got["type"] == "Container"
+        for part in ("default", "defaultRequest", "max"):
+            assert same_quantities(got[part], want[part]), (ns, part, got[part])
+        role = raw(rbac.read_namespaced_role, t.ROLE_NAME, ns)
+        assert role["rules"] == t.ROLE_RULES
+        binding = raw(rbac.read_namespaced_role_binding, t.BINDING_NAME, ns)
+        assert binding["roleRef"] == t.role_binding_manifest(tenant)["roleRef"]
+        assert binding["subjects"] == t.role_binding_manifest(tenant)["subjects"]
+        for obj in (quota, role, binding):
+            assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kubegpu"
+            assert obj["metadata"]["labels"]["kubegpu.io/tenant"] == ns
+            managers = {f["manager"] for f in obj["metadata"]["managedFields"]}
+            assert "kubegpu" in managers
+        policies = raw(networking.list_namespaced_network_policy, ns)["items"]
+        assert {p["metadata"]["name"] for p in policies} == {
+            t.DENY_ALL_NAME,
+            t.SAME_NAMESPACE_NAME,
+            t.DNS_NAME,
+        }
+    assert not raw(rbac.list_cluster_role_binding, label_selector=t.OWNED_SELECTOR)["items"]
+
+
+def test_namespaces_carry_pod_security_and_ownership(applied: dict[str, Any]) -> None:
+    core, *_ = api(applied["server"])
+    alpha = raw(core.read_namespace, "alpha")["metadata"]
+    assert alpha["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert alpha["labels"]["app.kubernetes.io/managed-by"] == "kubegpu"
+    assert alpha["annotations"]["kubegpu.io/gpu-products"] == "NVIDIA-H100-80GB-HBM3,NVIDIA-H200"
+    beta = raw(core.read_namespace, "beta")["metadata"]
+    assert beta["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert (
+        beta["annotations"]["kubegpu.io/pod-security-reason"]
+        == "legacy image runs as root (OPS-42)"
+    )
+    shared = raw(core.read_namespace, "shared-team")["metadata"]
+    # Adopted: kubegpu's tenant and Pod Security labels, the owner's label kept, and no
+    # managed-by, so kubegpu never deletes it.
+    assert shared["labels"]["kubegpu.io/tenant"] == "shared-team"
+    assert shared["labels"]["owner"] == "someone-else"
+    assert "app.kubernetes.io/managed-by" not in shared["labels"]
+    legacy = raw(core.read_namespace, "legacy")["metadata"]
+    assert "kubegpu.io/tenant" not in legacy["labels"]
+
+
+def test_check_mode_changes_nothing(applied: dict[str, Any]) -> None:
+    core, *_ = api(applied["server"])
+    epsilon = {"name": "epsilon", "gpus": {"nvidia.com/gpu": "1"}}
+    result = run_tenancy(applied["server"], applied["tmp"], "--check", tenants=[ALPHA, epsilon])
+    assert result["rc"] == 0, result["failures"] or result["output"]
+    # It says what it would create, and creates nothing.
+    assert "Namespace epsilon" in result["changed"]
+    assert missing(core.read_namespace, "epsilon")
+
+
+def test_bad_tenants_fail_before_anything_is_applied(applied: dict[str, Any]) -> None:
+    core, *_ = api(applied["server"])
+    bad = {"name": "gamma", "gpus": {"nvidia.com/gpu": "two"}, "members": [{"name": "carol"}]}
+    good_new = {"name": "delta", "gpus": {"nvidia.com/gpu": "1"}}
+    result = run_tenancy(applied["server"], applied["tmp"], tenants=[ALPHA, good_new, bad])
+    assert result["rc"] != 0
+    text = "\n".join(result["failures"])
+    assert (
+        "gpu_tenancy_tenants[2] (gamma).gpus.nvidia.com/gpu: 'two' is not a Kubernetes quantity"
+        in text
+    )
+    assert "gpu_tenancy_tenants[2] (gamma).members[0].kind: missing" in text
+    assert result["stats"]["changed"] == 0
+    assert missing(core.read_namespace, "delta")
+    assert missing(core.read_namespace, "gamma")
+
+
+def test_a_namespace_kubegpu_did_not_create_is_refused(applied: dict[str, Any]) -> None:
+    core, *_ = api(applied["server"])
+    result = run_tenancy(
+        applied["server"], applied["tmp"], tenants=[ALPHA, {"name": "legacy", "members": []}]
+    )
+    assert result["rc"] != 0
+    assert "namespace 'legacy' exists and kubegpu did not create it" in "\n".join(
+        result["failures"]
+    )
+    assert result["stats"]["changed"] == 0
+    legacy = raw(core.read_namespace, "legacy")["metadata"]
+    assert legacy["labels"] == {
+        "owner": "someone-else",
+        "kubernetes.io/metadata.name": "legacy",
+    } or (legacy["labels"] == {"owner": "someone-else"})
+
+
+def test_pruning_removes_only_what_kubegpu_made(applied: dict[str, Any]) -> None:
+    """Runs after the tests above (pytest keeps file order): alpha stays, beta and shared-team go."""
+    server, tmp = applied["server"], applied["tmp"]
+    core, rbac, networking, _ = api(server)
+    alpha_quota_before = raw(core.read_namespaced_resource_quota, t.QUOTA_NAME, "alpha")
+    # Without pruning, former tenants' objects are left alone.
+    kept = run_tenancy(server, tmp, tenants=[ALPHA])
+    assert kept["rc"] == 0 and kept["stats"]["changed"] == 0, kept["output"]
+    assert not missing(core.read_namespaced_resource_quota, t.QUOTA_NAME, "beta")
+
+    pruned = run_tenancy(server, tmp, tenants=[ALPHA], prune=True, prune_namespaces=True)
+    assert pruned["rc"] == 0, pruned["failures"] or pruned["output"]
+    # Exactly beta's and shared-team's objects: deleted, and shared-team's namespace released.
+    assert sorted(pruned["changed"]) == sorted(
+        _describe(m) for m in t.render_tenants(expected(BETA, SHARED))
+    )
+    for ns in ("beta", "shared-team"):
+        assert missing(core.read_namespaced_resource_quota, t.QUOTA_NAME, ns)
+        assert missing(core.read_namespaced_limit_range, t.LIMITS_NAME, ns)
+        assert missing(rbac.read_namespaced_role, t.ROLE_NAME, ns)
+        assert missing(rbac.read_namespaced_role_binding, t.BINDING_NAME, ns)
+        assert not raw(networking.list_namespaced_network_policy, ns)["items"]
+    # The namespace kubegpu created is deleted; the adopted one and the foreign one survive.
+    assert missing(core.read_namespace, "beta")
+    shared = raw(core.read_namespace, "shared-team")["metadata"]
+    assert not shared.get("deletionTimestamp")
+    assert shared["labels"]["owner"] == "someone-else"
+    # ... and get the labels kubegpu put there back (released through server-side apply).
+    assert "kubegpu.io/tenant" not in shared["labels"]
+    assert "pod-security.kubernetes.io/enforce" not in shared["labels"]
+    legacy = raw(core.read_namespace, "legacy")["metadata"]
+    assert not legacy.get("deletionTimestamp")
+    # alpha is untouched.
+    alpha_quota_after = raw(core.read_namespaced_resource_quota, t.QUOTA_NAME, "alpha")
+    assert (
+        alpha_quota_after["metadata"]["resourceVersion"]
+        == alpha_quota_before["metadata"]["resourceVersion"]
+    )
+
+    again = run_tenancy(server, tmp, tenants=[ALPHA], prune=True, prune_namespaces=True)
+    assert again["rc"] == 0 and again["stats"]["changed"] == 0, again["output"]
+
+
+# --- kubegpu smoke -------------------------------------------------------------------------------
+
+
+class PlayControllers(threading.Thread):
+    """Plays the Job controller and the kubelet for the smoke Job (SIMULATED, see the module doc).
+
+    Waits for the smoke Job, creates its pod from the template as the Job controller would,
+    then moves the pod to Running and to `phase` as the kubelet would, with `log` as its log.
+    """
+
+    def __init__(self, server: Any, namespace: str, phase: str, log: str, exit_code: int) -> None:
+        super().__init__(daemon=True)
+        self.core, _, _, self.batch = api(server)
+        self.namespace, self.phase, self.log, self.exit_code = namespace, phase, log, exit_code
+        self.error: BaseException | None = None
+        self.pod_name = ""
+
+    def run(self) -> None:
+        try:
+            self._play()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def _play(self) -> None:
+        deadline = time.monotonic() + 60
+        job = None
+        while job is None:
+            items = raw(
+                self.batch.list_namespaced_job,
+                self.namespace,
+                label_selector="app.kubernetes.io/component=smoke",
+            )["items"]
+            job = items[0] if items else None
+            if job is None:
+                assert time.monotonic() < deadline, "no smoke Job appeared"
+                time.sleep(0.2)
+        name = job["metadata"]["name"]
+        template = job["spec"]["template"]
+        self.pod_name = f"{name}-x7k2p"
+        labels = dict(template["metadata"]["labels"])
+        labels.update({"batch.kubernetes.io/job-name": name, "job-name": name})
+        self.core.create_namespaced_pod(
+            self.namespace,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": self.pod_name,
+                    "labels": labels,
+                    "annotations": {
+                        "batch.kubernetes.io/job-completion-index": "0",
+                        LOG_ANNOTATION: self.log,
+                    },
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "batch/v1",
+                            "kind": "Job",
+                            "name": name,
+                            "uid": job["metadata"]["uid"],
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "spec": template["spec"],
+            },
+        )
+        time.sleep(0.5)
+        self._status({"phase": "Running"})
+        time.sleep(0.5)
+        self._status(
+            {
+                "phase": self.phase,
+                "containerStatuses": [
+                    {
+                        "name": "train",
+                        "image": template["spec"]["containers"][0]["image"],
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {
+                            "terminated": {
+                                "exitCode": self.exit_code,
+                                "reason": "Completed" if self.exit_code == 0 else "Error",
+                            }
+                        },
+                    }
+                ],
+            }
+        )
+
+    def _status(self, status: dict[str, Any]) -> None:
+        self.core.patch_namespaced_pod_status(self.pod_name, self.namespace, {"status": status})
+
+
+def _smoke(server: Any, namespace: str, **kwargs: Any) -> smoke.SmokeResult:
+    progress: list[str] = []
+    result = smoke.run_smoke(
+        server.kubeconfig,
+        namespace=namespace,
+        api_client=server.client(),
+        poll_s=0.2,
+        on_progress=progress.append,
+        **kwargs,
+    )
+    return result
+
+
+def _nothing_left(server: Any, result: smoke.SmokeResult) -> None:
+    core, _, _, batch = api(server)
+    assert missing(batch.read_namespaced_job, result.job, result.namespace)
+    assert missing(core.read_namespaced_config_map, f"{result.job}-script", result.namespace)
+    pods = raw(
+        core.list_namespaced_pod,
+        result.namespace,
+        label_selector=f"batch.kubernetes.io/job-name={result.job}",
+    )["items"]
+    assert pods == []
+    assert result.cleanup_errors == ()
+
+
+def test_smoke_passes_when_the_pod_succeeds_with_the_pass_line(applied: dict[str, Any]) -> None:
+    server = applied["server"]
+    # What the training script prints on a GPU (its format strings), written by the test.
+    log = "\n".join(
+        [
+            "W1201 12:00:00 some warning from a library",
+            "KUBEGPU-TRAIN PASS rank=0/1 gpu='NVIDIA H100 80GB HBM3' steps=50 loss 2.3811 -> "
+            "0.0213 in 1.07s torch=2.7.1+cu128",
+        ]
+    )
+    player = PlayControllers(server, "alpha", "Succeeded", log, 0)
+    player.start()
+    result = _smoke(server, "alpha", timeout_s=60)
+    player.join(10)
+    assert player.error is None, player.error
+    assert result.outcome == "passed", result
+    assert result.detail.startswith("KUBEGPU-TRAIN PASS rank=0/1")
+    assert result.log_tail[-1] == result.detail
+    _nothing_left(server, result)
+    assert f"Job alpha/{result.job}" in result.deleted
+
+
+def test_smoke_fails_with_the_pods_last_lines(applied: dict[str, Any]) -> None:
+    server = applied["server"]
+    log = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "/workload/train.py", line 33, in <module>',
+            "torch.AcceleratorError: CUDA error: no kernel image is available for execution",
+        ]
+    )
+    player = PlayControllers(server, "alpha", "Failed", log, 1)
+    player.start()
+    result = _smoke(server, "alpha", timeout_s=60, log_lines=2)
+    player.join(10)
+    assert player.error is None, player.error
+    assert result.outcome == "failed"
+    assert "exited 1" in result.detail
+    assert result.log_tail == tuple(log.splitlines()[-2:])
+    _nothing_left(server, result)
+
+
+def test_smoke_times_out_without_a_pod_and_still_cleans_up(applied: dict[str, Any]) -> None:
+    server = applied["server"]
+    result = _smoke(server, "alpha", timeout_s=2)
+    assert result.outcome == "timeout"
+    assert "no pod was created for the Job" in result.detail
+    _nothing_left(server, result)
+
+
+def test_smoke_in_a_missing_namespace_reports_the_api_error(applied: dict[str, Any]) -> None:
+    result = _smoke(applied["server"], "no-such-namespace", timeout_s=5)
+    assert result.outcome == "failed"
+    assert "API error" in result.detail and "no-such-namespace" in result.detail
+    assert result.deleted == ()
+
+
+# --- dashboards and alerting rules ---------------------------------------------------------------
+
+
+def test_the_dashboard_configmap_is_applied_and_rules_wait_for_their_api(
+    applied: dict[str, Any],
+) -> None:
+    server, tmp = applied["server"], applied["tmp"]
+    core, *_ = api(server)
+    absent = run_tenancy(server, tmp, tenants=[ALPHA], monitoring_enabled=True)
+    assert absent["rc"] != 0
+    assert "namespace monitoring does not exist" in "\n".join(absent["failures"])
+
+    core.create_namespace({"metadata": {"name": "monitoring"}})
+    first = run_tenancy(server, tmp, tenants=[ALPHA], monitoring_enabled=True)
+    assert first["rc"] == 0, first["failures"] or first["output"]
+    # The test server serves no monitoring.coreos.com API: only the ConfigMap is applied.
+    assert first["changed"] == [f"ConfigMap monitoring/{t.DASHBOARD_CONFIGMAP}"]
+    configmap = raw(core.read_namespaced_config_map, t.DASHBOARD_CONFIGMAP, "monitoring")
+    settings = expected(ALPHA)
+    want = t.render_dashboard_configmap(settings)
+    assert configmap["metadata"]["labels"] == want["metadata"]["labels"]
+    assert configmap["data"] == want["data"]  # Grafana's {{Hostname}} legends survive Ansible
+    second = run_tenancy(server, tmp, tenants=[ALPHA], monitoring_enabled=True)
+    assert second["rc"] == 0 and second["stats"]["changed"] == 0, second["changed"]
