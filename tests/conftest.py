@@ -15,6 +15,10 @@ FIXTURES_REAL = REPO_ROOT.parent / "shared" / "fixtures" / "real"
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
 
+# The test Kubernetes API server (etcd + a server built from Debian's Kubernetes libraries):
+# the session fixture `kube_apiserver` yields its kubeconfig.
+pytest_plugins = ["tests.apiserver.fixture"]
+
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
