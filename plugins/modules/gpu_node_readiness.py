@@ -262,7 +262,7 @@ def service_states(module, run, units):
             (err or out).strip()[:200],
         )
     # zip(strict=) needs Python 3.10; targets may run 3.8, and the lengths are checked above.
-    states = dict(zip(units, (line.strip() for line in lines)))  # noqa: B905
+    states = dict(zip(units, (line.strip() for line in lines)))
     return states, "asked systemctl"
 
 

@@ -1,0 +1,395 @@
+"""playbooks/upgrade_driver.yml on testbed nodes, against the test Kubernetes API server.
+
+The nodes are real (systemd-nspawn, over SSH) and so is the API machinery (etcd, watch,
+merge patch, the Eviction subresource). What cannot exist here is stood in for and said so:
+every node's GPU is SIMULATED (a replayed real nvidia-smi capture, driver 515), and the
+test plays the kubelet by finishing the deletion of evicted pods.
+
+The driver and container-toolkit steps are skipped (--skip-tags driver,toolkit): installing
+the driver packages on three nodes costs minutes on this machine and is covered by the
+nvidia_driver role's own tests; the point here is the orchestration around them (cordon
+order with serial, drain through evictions, readiness gate, records, failure and resume).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+try:
+    from tests.apiserver.fixture import kube_apiserver  # noqa: F401 - the session fixture
+except ImportError:  # pragma: no cover - the server is built by another part
+    pytest.skip("tests/apiserver/fixture.py is not available", allow_module_level=True)
+
+pytestmark = [pytest.mark.integration, pytest.mark.apiserver, pytest.mark.slow]
+
+ANNOTATION = "kubegpu.io/driver-upgrade"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _record(node: Any) -> dict[str, Any]:
+    raw = (node.metadata.annotations or {}).get(ANNOTATION)
+    return json.loads(raw) if raw else {}
+
+
+class NodeWatch:
+    """Records, through a real watch, every change of the nodes' unschedulable flag."""
+
+    def __init__(self, api_client: Any, ignore: set[str]) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.ignore = ignore
+        self.state: dict[str, bool] = {}
+        self.cordon_order: list[str] = []
+        self.max_cordoned = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        from kubernetes import watch
+
+        while not self.stop.is_set():
+            for event in watch.Watch().stream(self.core.list_node, timeout_seconds=2):
+                node = event["object"]
+                name = node.metadata.name
+                now = bool(node.spec.unschedulable)
+                if now and not self.state.get(name) and name not in self.ignore:
+                    self.cordon_order.append(name)
+                self.state[name] = now
+                cordoned = sum(1 for n, u in self.state.items() if u and n not in self.ignore)
+                self.max_cordoned = max(self.max_cordoned, cordoned)
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+class KubeletPlayer:
+    """Plays the kubelet: removes pods marked for deletion (evicted), every half second."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.removed: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.5):
+            self.removed += self.server.play_kubelet_finish_deletions()
+
+    def __enter__(self) -> KubeletPlayer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+def _pod(name: str, node: str, gpu: bool, daemonset: bool = False) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": "registry.invalid/test:1"}
+    if gpu:
+        container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    meta: dict[str, Any] = {"name": name, "namespace": "default", "labels": {"app": name}}
+    if daemonset:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "name": "gpu-agent",
+                "uid": "00000000-0000-0000-0000-000000000001",
+                "controller": True,
+            }
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"nodeName": node, "containers": [container]},
+    }
+
+
+def _run_playbook(
+    testbed: Any, ansible_bin: Path, kubeconfig: Path, tmp: Path, extra: dict[str, Any], *args: str
+) -> subprocess.CompletedProcess[str]:
+    extra_file = tmp / "extra.json"
+    extra_file.write_text(json.dumps({"kubegpu_kubeconfig": str(kubeconfig), **extra}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(
+        [
+            str(ansible_bin / "ansible-playbook"),
+            "-i",
+            str(testbed.inventory),
+            "-i",
+            str(REPO / "inventories" / "testbed"),
+            "-i",
+            str(tmp / "hosts.yml"),
+            str(REPO / "playbooks" / "upgrade_driver.yml"),
+            "--skip-tags",
+            "driver,toolkit",
+            "-e",
+            f"@{extra_file}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+
+
+# Readiness as it can be met here: the simulated GPU's driver (515), no kubelet binary and
+# no containerd on these nodes.
+SETTINGS = {
+    "kubegpu_upgrade_expected_driver": "515",
+    "kubegpu_container_runtime": "none",
+    "kubegpu_check_kubelet": False,
+    "kubegpu_upgrade_drain_timeout": 60,
+}
+
+
+def test_rolling_upgrade_cordons_one_at_a_time_skips_foreign_cordons_and_keeps_failures(
+    testbed: Any, ansible_bin: Path, kube_apiserver: Any, tmp_path: Path
+) -> None:
+    from kubernetes import client
+
+    if not all(n.simulated_gpu for n in testbed.nodes) or len(testbed.nodes) < 3:
+        pytest.skip(
+            "needs 3 testbed nodes, each with a simulated GPU "
+            "(KUBEGPU_TESTBED_SIMULATE_GPU=node1=...,node2=...,node3=...)"
+        )
+    core = client.CoreV1Api(kube_apiserver.client())
+    foreign, upgraded, failing = testbed.node_names[:3]
+    for name in (foreign, upgraded, failing):
+        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    # Someone else's cordon: no kubegpu record. It must be left as it is.
+    core.patch_node(foreign, {"spec": {"unschedulable": True}})
+    # On the node that upgrades: a GPU pod (evicted), a plain pod and a DaemonSet pod (kept).
+    for pod in (
+        _pod("trainer", upgraded, gpu=True),
+        _pod("web", upgraded, gpu=False),
+        _pod("gpu-agent-x", upgraded, gpu=True, daemonset=True),
+    ):
+        core.create_namespaced_pod("default", pod)
+        core.patch_namespaced_pod_status(
+            pod["metadata"]["name"], "default", {"status": {"phase": "Running"}}
+        )
+    # The failing node is asked for 2 GPUs; its simulated capture has 1.
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  children:\n    gpu_nodes:\n      hosts:\n"
+        f"        {failing}:\n          kubegpu_expected_gpu_count: 2\n"
+    )
+
+    watcher = NodeWatch(kube_apiserver.client(), ignore={foreign})
+    watcher.start()
+    time.sleep(1)
+    try:
+        with KubeletPlayer(kube_apiserver) as kubelet:
+            proc = _run_playbook(
+                testbed, ansible_bin, kube_apiserver.kubeconfig, tmp_path, SETTINGS
+            )
+        time.sleep(3)
+    finally:
+        watcher.finish()
+    output = proc.stdout + proc.stderr
+    assert str(kube_apiserver.kubeconfig) not in output
+
+    # The failing node fails the run (max_fail_percentage 0), after the others.
+    assert proc.returncode != 0, output[-3000:]
+    assert watcher.cordon_order == [upgraded, failing], output[-3000:]
+    assert watcher.max_cordoned == 1
+
+    nodes = {n.metadata.name: n for n in core.list_node().items}
+    # Foreign cordon: untouched, still cordoned, no record written.
+    assert nodes[foreign].spec.unschedulable is True
+    assert _record(nodes[foreign]) == {}
+    assert f"{foreign} skipped: cordoned before this run and not by kubegpu" in output
+    # Upgraded: schedulable again, record done, only the GPU pod evicted.
+    assert not nodes[upgraded].spec.unschedulable
+    done = _record(nodes[upgraded])
+    assert done["state"] == "done" and done["target"] == "535", done
+    assert kubelet.removed == ["default/trainer"]
+    left = {p.metadata.name for p in core.list_namespaced_pod("default").items}
+    assert left == {"web", "gpu-agent-x"}
+    # Failed: still cordoned, record says why and when.
+    assert nodes[failing].spec.unschedulable is True
+    failed = _record(nodes[failing])
+    assert failed["state"] == "failed", failed
+    assert "gpu_count" in failed["reason"], failed
+    assert failed["time"] >= failed["started"]
+
+    # Fixed, run again on the failed node: it is resumed (not skipped), proved and uncordoned.
+    (tmp_path / "hosts.yml").write_text("all: {}\n")
+    watcher2 = NodeWatch(kube_apiserver.client(), ignore={foreign})
+    watcher2.start()
+    time.sleep(1)
+    try:
+        again = _run_playbook(
+            testbed,
+            ansible_bin,
+            kube_apiserver.kubeconfig,
+            tmp_path,
+            SETTINGS,
+            "--limit",
+            f"{foreign},{failing}",
+        )
+        time.sleep(3)
+    finally:
+        watcher2.finish()
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    resumed = core.read_node(failing)
+    assert not resumed.spec.unschedulable
+    record = _record(resumed)
+    assert record["state"] == "done" and record["started"] == failed["started"], record
+    assert core.read_node(foreign).spec.unschedulable is True
+    assert watcher2.max_cordoned <= 1
+
+
+def _module(
+    kubeconfig: Path, ansible_bin: Path, check: bool = False, **args: Any
+) -> dict[str, Any]:
+    """Run gpu_node_maintenance once on the controller; its result as a dict."""
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+    )
+    proc = subprocess.run(
+        [
+            str(ansible_bin / "ansible"),
+            "localhost",
+            "-m",
+            "kubegpu.gpu.gpu_node_maintenance",
+            "-a",
+            json.dumps({"kubeconfig": str(kubeconfig), **args}),
+            "-e",
+            "ansible_python_interpreter=" + str(ansible_bin / "python"),
+            *(["--check", "--diff"] if check else []),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+    assert str(kubeconfig) not in proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    return data["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def test_module_check_mode_and_a_drain_blocked_by_a_budget(
+    kube_apiserver: Any, ansible_bin: Path
+) -> None:
+    from kubernetes import client
+
+    api = kube_apiserver.client()
+    core = client.CoreV1Api(api)
+    name = "maint-pdb"
+    core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    core.create_namespaced_pod("default", _pod("guarded", name, gpu=True))
+    core.patch_namespaced_pod_status("guarded", "default", {"status": {"phase": "Running"}})
+    policy = client.PolicyV1Api(api)
+    policy.create_namespaced_pod_disruption_budget(
+        "default",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "guarded-pdb"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+        },
+    )
+    # Playing the disruption controller: the budget allows no disruption now.
+    policy.patch_namespaced_pod_disruption_budget_status(
+        "guarded-pdb",
+        "default",
+        {
+            "status": {
+                "observedGeneration": 1,
+                "disruptionsAllowed": 0,
+                "currentHealthy": 1,
+                "desiredHealthy": 1,
+                "expectedPods": 1,
+            }
+        },
+    )
+    kubeconfig = kube_apiserver.kubeconfig
+    record = {"state": "in_progress", "phase": "cordoned", "target_version": "580.95.05"}
+
+    # Check mode: says what would change, changes nothing.
+    dry = _module(kubeconfig, ansible_bin, check=True, name=name, state="cordon", record=record)
+    assert dry["changed"] is True and dry["diff"]["after"]["unschedulable"] is True
+    assert not core.read_node(name).spec.unschedulable
+
+    # A drain before the cordon is refused.
+    early = _module(kubeconfig, ansible_bin, name=name, state="drain", drain_timeout=5)
+    assert early["failed"] and "cordon it before draining" in early["msg"]
+
+    cordoned = _module(kubeconfig, ansible_bin, name=name, state="cordon", record=record)
+    assert cordoned["changed"] and core.read_node(name).spec.unschedulable
+    would = _module(kubeconfig, ansible_bin, check=True, name=name, state="drain")
+    assert would["evicted"] == ["default/guarded"]
+
+    blocked = _module(
+        kubeconfig, ansible_bin, name=name, state="drain", drain_timeout=4, poll_interval=1
+    )
+    assert blocked["failed"]
+    assert "timed out after 4s" in blocked["msg"]
+    assert "budget default/guarded-pdb" in blocked["msg"]
+    left = core.read_namespaced_pod("guarded", "default")
+    assert left.metadata.deletion_timestamp is None
+
+
+def test_serial_two_upgrades_two_nodes_at_a_time(
+    testbed: Any, ansible_bin: Path, kube_apiserver: Any, tmp_path: Path
+) -> None:
+    from kubernetes import client
+
+    if not all(n.simulated_gpu for n in testbed.nodes) or len(testbed.nodes) < 3:
+        pytest.skip("needs 3 testbed nodes, each with a simulated GPU")
+    core = client.CoreV1Api(kube_apiserver.client())
+    names = testbed.node_names[:3]
+    existing = {n.metadata.name for n in core.list_node().items}
+    for name in names:
+        if name not in existing:
+            core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        # A clean slate: schedulable, no record (whatever an earlier test left).
+        core.patch_node(
+            name, {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None}}}
+        )
+    (tmp_path / "hosts.yml").write_text("all: {}\n")
+    watcher = NodeWatch(kube_apiserver.client(), ignore=set())
+    watcher.start()
+    time.sleep(1)
+    try:
+        proc = _run_playbook(
+            testbed,
+            ansible_bin,
+            kube_apiserver.kubeconfig,
+            tmp_path,
+            {**SETTINGS, "kubegpu_upgrade_serial": 2},
+        )
+        time.sleep(3)
+    finally:
+        watcher.finish()
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    # Batches of two in inventory order: both of the first batch before the third node.
+    assert sorted(watcher.cordon_order[:2]) == sorted(names[:2])
+    assert watcher.cordon_order[2:] == [names[2]]
+    assert watcher.max_cordoned == 2
+    for node in core.list_node().items:
+        if node.metadata.name in names:
+            assert not node.spec.unschedulable
+            assert _record(node)["state"] == "done"

@@ -1,0 +1,805 @@
+"""Rendering and validation of the gpu_cluster layer (plugins/module_utils/cluster_manifests.py).
+
+Every rendered manifest is validated, strictly, against the upstream OpenAPI schemas of every
+Kubernetes minor kubegpu supports, through kubernetes_validate's Python API (which raises on an
+apiVersion a version no longer serves; its command line only warns).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_manifests as cm
+
+SUPPORTED_MINORS = [f"1.{minor}" for minor in range(29, 36)]
+ROLE = Path(__file__).resolve().parents[2] / "roles" / "gpu_cluster"
+
+
+def render(config: dict[str, Any], **caps: bool) -> list[dict[str, Any]]:
+    normalized, errors = cm.validate_config(config)
+    assert errors == []
+    return cm.render_manifests(normalized, caps)
+
+
+def by_kind(manifests: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [m for m in manifests if m["kind"] == kind]
+
+
+def one(manifests: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [m for m in by_kind(manifests, kind) if m["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind} {name}: {len(found)} found"
+    return found[0]
+
+
+# Configurations that exercise every branch of the renderer.
+CONFIGS = {
+    "defaults": {},
+    "time_slicing": {
+        "sharing": {
+            "strategy": "time-slicing",
+            "replicas": 4,
+            "rename_by_default": True,
+            "fail_requests_greater_than_one": True,
+        }
+    },
+    "mps": {"sharing": {"strategy": "mps", "replicas": 2}},
+    "mig_single_cdi": {"mig_strategy": "single", "device_list_strategy": ["cdi-cri", "envvar"]},
+    "named_configs_quotas": {
+        "namespace": "gpu-system",
+        "image_registry": "registry.example.internal:5000/mirror",
+        "image_pull_secrets": ["mirror-pull"],
+        "device_plugin_digest": "sha256:" + "a" * 64,
+        "device_plugin_resources": {"requests": {"cpu": "50m", "memory": 64}},
+        "device_plugin_configs": {
+            "a100-mixed": {"mig_strategy": "mixed"},
+            "t4-shared": {"sharing": {"strategy": "time-slicing", "replicas": 8}},
+            "l4-mps": {"sharing": {"strategy": "mps", "replicas": 4}},
+        },
+        "runtime_class_node_selector": {"nvidia.com/gpu.present": "true"},
+        "runtime_class_tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ],
+        "extra_tolerations": [
+            {
+                "key": "dedicated",
+                "operator": "Equal",
+                "value": "ml",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            }
+        ],
+        "quotas": [
+            {
+                "namespace": "ml-team",
+                "gpus": "8",
+                "max_per_container": 4,
+                "hard": {"requests.cpu": "64", "limits.memory": "256Gi"},
+            },
+            {"namespace": "research", "resource": "nvidia.com/mig-1g.10gb", "gpus": "14"},
+        ],
+        "dcgm_exporter_service_monitor_labels": {"release": "prometheus"},
+        "dcgm_exporter_resources": {"limits": {"memory": "512Mi"}},
+    },
+    "everything_off": {
+        "device_plugin_enabled": False,
+        "gfd_enabled": False,
+        "dcgm_exporter_enabled": False,
+        "runtime_class_enabled": False,
+    },
+}
+
+
+# --- defaults and argument specs ------------------------------------------------------------------
+
+
+def test_role_defaults_match_the_module_defaults() -> None:
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert {k.removeprefix("gpu_cluster_"): v for k, v in defaults.items()} == cm.DEFAULTS
+
+
+def test_argument_specs_cover_every_default_with_the_same_value() -> None:
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())
+    options = specs["argument_specs"]["main"]["options"]
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert set(options) - {"kubegpu_kubeconfig"} == set(defaults)
+    for name, value in defaults.items():
+        assert options[name].get("default") == value, name
+        assert options[name].get("description"), name
+    assert options["kubegpu_kubeconfig"]["required"] is True
+    assert specs["argument_specs"]["reset"]["options"]["kubegpu_kubeconfig"]["required"] is True
+
+
+# --- quantities -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("8", Fraction(8)),
+        ("0", Fraction(0)),
+        ("500m", Fraction(1, 2)),
+        ("1.5Gi", Fraction(3 * 2**29)),
+        ("64Mi", Fraction(64 * 2**20)),
+        ("32777408Ki", Fraction(32777408 * 1024)),  # memory in the real node status capture
+        ("8443296967", Fraction(8443296967)),  # ephemeral-storage in the same capture
+        ("1e3", Fraction(1000)),
+        ("1E-2", Fraction(1, 100)),
+        ("2k", Fraction(2000)),
+        ("1E", Fraction(10**18)),  # exa, not an exponent
+        ("+4", Fraction(4)),
+        ("-1", Fraction(-1)),
+        (".5", Fraction(1, 2)),
+        ("5.", Fraction(5)),
+        ("0.25Ki", Fraction(256)),
+    ],
+)
+def test_parse_quantity_accepts_kubernetes_quantities(text: str, value: Fraction) -> None:
+    assert cm.parse_quantity(text) == value
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "8x", "1.2.3", "Gi", "1 Gi", "1e", "1ki", "1KI", "1Gb", "one", "1e1.5", "--1", " 8", "8 "],
+)
+def test_parse_quantity_rejects_what_kubernetes_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
+        cm.parse_quantity(text)
+
+
+@pytest.mark.parametrize("value", [8, 1.5, True, None])
+def test_parse_quantity_wants_strings(value: Any) -> None:
+    with pytest.raises(ValueError, match="not a string"):
+        cm.parse_quantity(value)
+
+
+def test_real_node_status_quantities_parse(fixtures_real: Path) -> None:
+    fragment = yaml.safe_load(
+        (
+            fixtures_real
+            / "k8s-node"
+            / "podman-desktop-7778-node-status-fragment-nvidia-gpu-1.yaml"
+        ).read_text()
+    )
+    for field in ("allocatable", "capacity"):
+        for name, quantity in fragment["status"][field].items():
+            assert cm.parse_quantity(quantity) >= 0, name
+    assert cm.parse_quantity(fragment["status"]["allocatable"]["nvidia.com/gpu"]) == 1
+
+
+# --- validation -----------------------------------------------------------------------------------
+
+BAD_INPUTS = [
+    (
+        {"mig_strategy": "half"},
+        "gpu_cluster_mig_strategy: 'half' is not allowed; allowed: none, single, mixed",
+    ),
+    ({"sharing": {"strategy": "time-slicing", "replicas": 0}}, "gpu_cluster_sharing.replicas: 0"),
+    ({"sharing": {"strategy": "time-slicing", "replicas": -2}}, "gpu_cluster_sharing.replicas: -2"),
+    ({"sharing": {"strategy": "mps"}}, "gpu_cluster_sharing.replicas: missing"),
+    ({"sharing": {"strategy": "sliced"}}, "gpu_cluster_sharing.strategy: 'sliced'"),
+    (
+        {
+            "sharing": {
+                "strategy": "time-slicing",
+                "resources": [{"name": "nvidia.com/gpu", "replicas": 0}],
+            }
+        },
+        "gpu_cluster_sharing.resources[0].replicas: 0",
+    ),
+    (
+        {
+            "sharing": {
+                "strategy": "mps",
+                "resources": [{"name": "nvidia.com/mig-1g.10gb", "replicas": 2}],
+            }
+        },
+        "gpu_cluster_sharing.resources: MPS shares only nvidia.com/gpu",
+    ),
+    (
+        {"mig_strategy": "mixed", "sharing": {"strategy": "mps", "replicas": 2}},
+        "gpu_cluster_sharing.strategy: mps cannot share MIG devices",
+    ),
+    (
+        {"device_list_strategy": ["envvar", "cdi"]},
+        "gpu_cluster_device_list_strategy: 'cdi' not allowed",
+    ),
+    (
+        {
+            "device_plugin_configs": {
+                "big": {"sharing": {"strategy": "time-slicing", "replicas": 0}}
+            }
+        },
+        "gpu_cluster_device_plugin_configs.big.sharing.replicas: 0",
+    ),
+    (
+        {"device_plugin_configs": {"big": {"mig_strategy": "all"}}},
+        "gpu_cluster_device_plugin_configs.big.mig_strategy: 'all'",
+    ),
+    ({"device_plugin_configs": {"default": {}}}, "is the default config's name"),
+    (
+        {"quotas": [{"namespace": "ml", "gpus": "eight"}]},
+        "gpu_cluster_quotas[0].gpus: 'eight' is not a Kubernetes quantity",
+    ),
+    (
+        {"quotas": [{"namespace": "ml", "gpus": "1.5"}]},
+        "gpu_cluster_quotas[0].gpus: '1.5' is not a whole number",
+    ),
+    ({"quotas": [{"namespace": "ml", "gpus": 2.0}]}, "gpu_cluster_quotas[0].gpus: 2.0 is a float"),
+    (
+        {"quotas": [{"namespace": "ml", "hard": {"requests.cpu": "lots"}}]},
+        "gpu_cluster_quotas[0].hard.requests.cpu: 'lots'",
+    ),
+    ({"quotas": [{"namespace": "ML", "gpus": "1"}]}, "gpu_cluster_quotas[0].namespace: 'ML'"),
+    ({"quotas": [{"namespace": "ml"}]}, "gpu_cluster_quotas[0]: sets nothing"),
+    (
+        {"device_plugin_resources": {"limits": {"memory": "lots"}}},
+        "gpu_cluster_device_plugin_resources.limits.memory",
+    ),
+    (
+        {"device_plugin_version": "latest"},
+        "gpu_cluster_device_plugin_version: 'latest' is not a pin",
+    ),
+    ({"dcgm_exporter_digest": "sha256:abc"}, "gpu_cluster_dcgm_exporter_digest"),
+    ({"image_registry": "https://mirror.local"}, "gpu_cluster_image_registry"),
+    ({"gpu_taint_effect": "NoRun"}, "gpu_cluster_gpu_taint_effect: 'NoRun'"),
+    ({"gpu_node_label": "-bad-"}, "gpu_cluster_gpu_node_label"),
+    (
+        {"node_labels": {"gpu-1": {"pool": True}}},
+        'gpu_cluster_node_labels.gpu-1.pool: True is a bool, not a string: quote it ("true")',
+    ),
+    (
+        {"node_taints": {"gpu-1": [{"key": "a", "effect": "Never"}]}},
+        "gpu_cluster_node_taints.gpu-1[0].effect: 'Never'",
+    ),
+    (
+        {
+            "node_taints": {
+                "gpu-1": [
+                    {"key": "a", "effect": "NoSchedule"},
+                    {"key": "a", "effect": "NoSchedule"},
+                ]
+            }
+        },
+        "listed twice",
+    ),
+    ({"gfd_sleep_interval": "soon"}, "gpu_cluster_gfd_sleep_interval: 'soon'"),
+    ({"api_timeout": 0}, "gpu_cluster_api_timeout: 0"),
+    ({"dcgm_exporter_port": 70000}, "gpu_cluster_dcgm_exporter_port: 70000"),
+    ({"mig_stratgy": "single"}, "gpu_cluster_mig_stratgy: not a variable of role gpu_cluster"),
+    ({"namespace": "GPU_System"}, "gpu_cluster_namespace: 'GPU_System'"),
+    ({"driver_root": "run/nvidia/driver"}, "gpu_cluster_driver_root: 'run/nvidia/driver'"),
+]
+
+
+@pytest.mark.parametrize(("config", "message"), BAD_INPUTS)
+def test_bad_input_gets_one_clear_message_naming_the_variable(
+    config: dict[str, Any], message: str
+) -> None:
+    _, errors = cm.validate_config(config)
+    assert any(message in e for e in errors), errors
+    assert all(e.startswith("gpu_cluster_") for e in errors), errors
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    _, errors = cm.validate_config(
+        {
+            "mig_strategy": "x",
+            "sharing": {"strategy": "time-slicing", "replicas": 0},
+            "quotas": [{"namespace": "a", "gpus": "x"}],
+        }
+    )
+    assert len(errors) == 3
+
+
+def test_text_from_the_command_line_is_read_like_ansible_reads_it() -> None:
+    config, errors = cm.validate_config(
+        {
+            "api_timeout": "5",
+            "prune": "false",
+            "sharing": {"strategy": "time-slicing", "replicas": "4"},
+        }
+    )
+    assert errors == []
+    assert config["api_timeout"] == 5 and config["prune"] is False
+    assert config["__configs"]["default"]["sharing"]["resources"][0]["replicas"] == 4
+
+
+def test_defaults_are_valid_and_quantities_become_strings() -> None:
+    config, errors = cm.validate_config(
+        {"quotas": [{"namespace": "ml", "gpus": 8, "max_per_container": 2}]}
+    )
+    assert errors == []
+    assert config["quotas"][0]["gpus"] == "8"
+    assert config["quotas"][0]["max_per_container"] == "2"
+
+
+# --- rendered manifests ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_every_manifest_is_valid_for_every_supported_kubernetes(name: str) -> None:
+    manifests = render(CONFIGS[name], service_monitor=True, create_namespace=True)
+    assert manifests
+    for manifest in manifests:
+        if manifest["kind"] == "ServiceMonitor":
+            # A CRD: no upstream schema; its shape is checked in its own test.
+            with pytest.raises(kubernetes_validate.utils.SchemaNotFoundError):
+                kubernetes_validate.validate(manifest, SUPPORTED_MINORS[0], strict=True)
+            continue
+        for version in SUPPORTED_MINORS:
+            try:
+                kubernetes_validate.validate(manifest, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                path = ".".join(str(p) for p in exc.path)
+                pytest.fail(
+                    f"{manifest['kind']} {manifest['metadata']['name']} for {version}: "
+                    f"{path}: {exc.message}"
+                )
+
+
+def test_the_validator_raises_on_an_apiversion_no_longer_served() -> None:
+    # What the test above relies on: the Python API raises where the CLI would only warn.
+    removed = {
+        "apiVersion": "node.k8s.io/v1beta1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": "nvidia"},
+        "handler": "nvidia",
+    }
+    with pytest.raises(kubernetes_validate.utils.SchemaNotFoundError):
+        kubernetes_validate.validate(removed, "1.29", strict=True)
+    versions = kubernetes_validate.utils.all_versions()
+    assert {f"{v}.0" for v in SUPPORTED_MINORS} <= set(versions)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_everything_carries_the_owner_labels(name: str) -> None:
+    for manifest in render(CONFIGS[name], service_monitor=True, create_namespace=True):
+        labels = manifest["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "kubegpu"
+        assert labels["app.kubernetes.io/part-of"] == "kubegpu"
+        if manifest["kind"] == "DaemonSet":
+            selector = manifest["spec"]["selector"]["matchLabels"]
+            template_labels = manifest["spec"]["template"]["metadata"]["labels"]
+            assert selector.items() <= template_labels.items()
+            assert "app.kubernetes.io/version" not in selector  # selectors are immutable
+
+
+def _quantities(manifest: dict[str, Any]) -> list[Any]:
+    found = []
+
+    def walk(node: Any, key: str = "") -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in (
+                    "requests",
+                    "limits",
+                    "hard",
+                    "max",
+                    "default",
+                    "defaultRequest",
+                ) and isinstance(v, dict):
+                    found.extend(v.values())
+                walk(v, k)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, key)
+
+    walk(manifest)
+    return found
+
+
+def test_quantities_are_written_as_strings() -> None:
+    manifests = render(CONFIGS["named_configs_quotas"])
+    values = [q for m in manifests for q in _quantities(m)]
+    assert len(values) >= 8
+    assert all(isinstance(v, str) for v in values), values
+    quota = next(
+        q for q in by_kind(manifests, "ResourceQuota") if q["metadata"]["namespace"] == "ml-team"
+    )
+    assert quota["metadata"]["name"] == cm.QUOTA_NAME
+    assert quota["spec"]["hard"] == {
+        "requests.nvidia.com/gpu": "8",
+        "requests.cpu": "64",
+        "limits.memory": "256Gi",
+    }
+
+
+def test_limit_range_caps_gpus_without_giving_other_pods_any() -> None:
+    manifests = render(CONFIGS["named_configs_quotas"])
+    limits = by_kind(manifests, "LimitRange")
+    assert len(limits) == 1  # only ml-team sets max_per_container
+    item = limits[0]["spec"]["limits"][0]
+    assert item == {
+        "type": "Container",
+        "max": {"nvidia.com/gpu": "4"},
+        "default": {"nvidia.com/gpu": "0"},
+        "defaultRequest": {"nvidia.com/gpu": "0"},
+    }
+    research = [
+        q for q in by_kind(manifests, "ResourceQuota") if q["metadata"]["namespace"] == "research"
+    ]
+    assert research[0]["spec"]["hard"] == {"requests.nvidia.com/mig-1g.10gb": "14"}
+
+
+def test_quota_resource_follows_the_shared_resource_name() -> None:
+    config = dict(CONFIGS["time_slicing"], quotas=[{"namespace": "ml", "gpus": "16"}])
+    quota = one(render(config), "ResourceQuota", cm.QUOTA_NAME)
+    assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu.shared": "16"}
+
+
+def test_device_plugin_runs_on_gpu_nodes_only_tolerating_the_gpu_taint() -> None:
+    ds = one(render({}), "DaemonSet", cm.DEVICE_PLUGIN_NAME)
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["serviceAccountName"] == cm.DEVICE_PLUGIN_NAME
+    assert spec["runtimeClassName"] == "nvidia"
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {
+            "matchExpressions": [
+                {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
+            ]
+        }
+    ]
+    assert spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    container = spec["containers"][0]
+    assert container["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+    assert {"name": "CONFIG_FILE", "value": "/config/config.yaml"} in container["env"]
+    # One config: mounted straight from the ConfigMap, no sidecar, no API token, no RBAC.
+    assert len(spec["containers"]) == 1 and "initContainers" not in spec
+    assert spec["automountServiceAccountToken"] is False
+    volume = next(v for v in spec["volumes"] if v["name"] == "config")
+    assert volume["configMap"]["items"] == [{"key": "default", "path": "config.yaml"}]
+    assert not by_kind(render({}), "ClusterRole")
+
+
+def test_cdi_strategies_give_the_plugin_the_driver_root() -> None:
+    plain = one(render({}), "DaemonSet", cm.DEVICE_PLUGIN_NAME)["spec"]["template"]["spec"]
+    assert not [v for v in plain["volumes"] if v["name"] == "driver-root"]
+    ds = one(
+        render({"device_list_strategy": ["cdi-cri"], "driver_root": "/run/nvidia/driver"}),
+        "DaemonSet",
+        cm.DEVICE_PLUGIN_NAME,
+    )
+    spec = ds["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    assert {"name": "NVIDIA_DRIVER_ROOT", "value": "/run/nvidia/driver"} in container["env"]
+    assert {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    assert {
+        "name": "driver-root",
+        "hostPath": {"path": "/run/nvidia/driver", "type": "Directory"},
+    } in spec["volumes"]
+
+
+def test_label_keys_images_and_registry_are_variables() -> None:
+    manifests = render(
+        {
+            "gpu_node_label": "example.com/accelerator",
+            "gpu_node_label_value": "nvidia",
+            "gpu_taint_key": "example.com/gpu",
+            "gpu_taint_effect": "",
+            "image_registry": "mirror.example.internal/nvcr/",
+        }
+    )
+    for ds in by_kind(manifests, "DaemonSet"):
+        spec = ds["spec"]["template"]["spec"]
+        expr = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ][0]["matchExpressions"][0]
+        assert (expr["key"], expr["values"]) == ("example.com/accelerator", ["nvidia"])
+        assert spec["tolerations"][0] == {"key": "example.com/gpu", "operator": "Exists"}
+        for container in spec["containers"] + spec.get("initContainers", []):
+            assert container["image"].startswith("mirror.example.internal/nvcr/nvidia/")
+
+
+def test_named_configs_use_the_config_manager_and_may_read_nodes() -> None:
+    manifests = render(CONFIGS["named_configs_quotas"])
+    configmap = one(manifests, "ConfigMap", cm.CONFIGMAP_NAME)
+    assert sorted(configmap["data"]) == ["a100-mixed", "default", "l4-mps", "t4-shared"]
+    ds = one(manifests, "DaemonSet", cm.DEVICE_PLUGIN_NAME)
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["shareProcessNamespace"] is True
+    assert spec["automountServiceAccountToken"] is True
+    sidecar = spec["containers"][0]
+    env = {e["name"]: e.get("value") for e in sidecar["env"]}
+    assert sidecar["command"] == ["config-manager"]
+    assert env["NODE_LABEL"] == "nvidia.com/device-plugin.config"
+    assert env["DEFAULT_CONFIG"] == "default"
+    assert env["ONESHOT"] == "false" and env["PROCESS_TO_SIGNAL"] == "nvidia-device-plugin"
+    assert spec["initContainers"][0]["command"] == ["config-manager"]
+    role = one(manifests, "ClusterRole", cm.CLUSTER_ROLE_NAME)
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    ]
+    binding = one(manifests, "ClusterRoleBinding", cm.CLUSTER_ROLE_NAME)
+    assert {s["name"] for s in binding["subjects"]} == {cm.DEVICE_PLUGIN_NAME, cm.GFD_NAME}
+    # MPS in one named config brings the MPS control daemon, on MPS-capable nodes only.
+    mps = one(manifests, "DaemonSet", cm.MPS_NAME)
+    assert mps["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/mps.capable": "true"}
+    # MIG in one named config: SYS_ADMIN and MIG monitoring for the plugin.
+    plugin = spec["containers"][1]
+    assert plugin["securityContext"] == {"capabilities": {"add": ["SYS_ADMIN"]}}
+    assert {"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"} in plugin["env"]
+    for container in spec["containers"] + spec["initContainers"]:
+        assert container["image"] == (
+            "registry.example.internal:5000/mirror/nvidia/"
+            "k8s-device-plugin:v0.20.0@sha256:" + "a" * 64
+        )
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (
+            {},
+            {
+                "version": "v1",
+                "flags": {
+                    "migStrategy": "none",
+                    "failOnInitError": True,
+                    "plugin": {
+                        "passDeviceSpecs": False,
+                        "deviceListStrategy": ["envvar"],
+                        "deviceIDStrategy": "uuid",
+                    },
+                },
+            },
+        ),
+        (
+            CONFIGS["time_slicing"],
+            {
+                "version": "v1",
+                "flags": {
+                    "migStrategy": "none",
+                    "failOnInitError": True,
+                    "plugin": {
+                        "passDeviceSpecs": False,
+                        "deviceListStrategy": ["envvar"],
+                        "deviceIDStrategy": "uuid",
+                    },
+                },
+                "sharing": {
+                    "timeSlicing": {
+                        "renameByDefault": True,
+                        "failRequestsGreaterThanOne": True,
+                        "resources": [{"name": "nvidia.com/gpu", "replicas": 4}],
+                    }
+                },
+            },
+        ),
+        (
+            CONFIGS["mps"],
+            {
+                "version": "v1",
+                "flags": {
+                    "migStrategy": "none",
+                    "failOnInitError": True,
+                    "plugin": {
+                        "passDeviceSpecs": False,
+                        "deviceListStrategy": ["envvar"],
+                        "deviceIDStrategy": "uuid",
+                    },
+                },
+                "sharing": {
+                    "mps": {
+                        "renameByDefault": False,
+                        "resources": [{"name": "nvidia.com/gpu", "replicas": 2}],
+                    }
+                },
+            },
+        ),
+        (
+            {
+                "mig_strategy": "mixed",
+                "device_list_strategy": "volume-mounts",
+                "device_id_strategy": "index",
+                "fail_on_init_error": False,
+                "sharing": {
+                    "strategy": "time-slicing",
+                    "resources": [
+                        {
+                            "name": "nvidia.com/mig-1g.10gb",
+                            "replicas": 2,
+                            "devices": [0, "1"],
+                            "rename": "example.com/small-gpu",
+                        }
+                    ],
+                },
+            },
+            {
+                "version": "v1",
+                "flags": {
+                    "migStrategy": "mixed",
+                    "failOnInitError": False,
+                    "plugin": {
+                        "passDeviceSpecs": False,
+                        "deviceListStrategy": ["volume-mounts"],
+                        "deviceIDStrategy": "index",
+                    },
+                },
+                "sharing": {
+                    "timeSlicing": {
+                        "renameByDefault": False,
+                        "failRequestsGreaterThanOne": False,
+                        "resources": [
+                            {
+                                "name": "nvidia.com/mig-1g.10gb",
+                                "replicas": 2,
+                                "devices": [0, "1"],
+                                "rename": "example.com/small-gpu",
+                            }
+                        ],
+                    }
+                },
+            },
+        ),
+    ],
+)
+def test_device_plugin_config_file(config: dict[str, Any], expected: dict[str, Any]) -> None:
+    manifests = render(config)
+    text = one(manifests, "ConfigMap", cm.CONFIGMAP_NAME)["data"]["default"]
+    assert yaml.safe_load(text) == expected
+
+
+def test_to_yaml_round_trips_and_is_stable() -> None:
+    data = {"b": [1, {"x": "y: z", "n": None, "e": []}, [True, "0"]], "a": {}, "c": "#not-comment"}
+    text = cm.to_yaml(data)
+    assert yaml.safe_load(text) == data
+    assert cm.to_yaml(copy.deepcopy(data)) == text
+
+
+def test_rendering_is_deterministic_and_config_changes_roll_the_pods() -> None:
+    first = render(CONFIGS["time_slicing"])
+    assert json.dumps(first, sort_keys=True) == json.dumps(
+        render(CONFIGS["time_slicing"]), sort_keys=True
+    )
+    other = render({"sharing": {"strategy": "time-slicing", "replicas": 8}})
+    annotation = cm.CONFIG_CHECKSUM_ANNOTATION
+
+    def checksum(manifests: list[dict[str, Any]]) -> str:
+        ds = one(manifests, "DaemonSet", cm.DEVICE_PLUGIN_NAME)
+        return str(ds["spec"]["template"]["metadata"]["annotations"][annotation])
+
+    assert checksum(first) != checksum(other)
+
+
+def test_service_monitor_only_when_the_api_exists() -> None:
+    assert not by_kind(render({}), "ServiceMonitor")
+    manifests = render(CONFIGS["named_configs_quotas"], service_monitor=True)
+    monitor = one(manifests, "ServiceMonitor", cm.DCGM_NAME)
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["selector"]["matchLabels"] == cm.selector_labels(cm.DCGM_NAME)
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["gpu-system"]}
+    service = one(manifests, "Service", cm.DCGM_NAME)
+    assert service["spec"]["ports"][0]["name"] == monitor["spec"]["endpoints"][0]["port"]
+    assert not by_kind(
+        render({"dcgm_exporter_service_monitor": False}, service_monitor=True), "ServiceMonitor"
+    )
+
+
+def test_namespace_and_runtime_class_follow_what_the_cluster_has() -> None:
+    assert not by_kind(render({}), "Namespace")
+    namespace = one(render({}, create_namespace=True), "Namespace", "kube-system")
+    assert cm.OWNED_LABELS.items() <= namespace["metadata"]["labels"].items()
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    runtime_class = one(render(CONFIGS["named_configs_quotas"]), "RuntimeClass", "nvidia")
+    assert runtime_class["handler"] == "nvidia"
+    assert runtime_class["scheduling"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert "scheduling" not in one(render({}), "RuntimeClass", "nvidia")
+    assert not by_kind(render({}, manage_runtime_class=False), "RuntimeClass")
+
+
+def test_disabled_components_render_nothing() -> None:
+    assert render(CONFIGS["everything_off"]) == []
+
+
+# --- node labels and taints -----------------------------------------------------------------------
+
+
+def _pointer(path: str) -> list[str]:
+    return [p.replace("~1", "/").replace("~0", "~") for p in path.split("/")[1:]]
+
+
+def apply_json_patch(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """A small RFC 6902 applier (add, replace, remove, test) for the tests."""
+    doc = copy.deepcopy(obj)
+    for op in ops:
+        *parents, last = _pointer(op["path"])
+        target = doc
+        for part in parents:
+            target = target[part]
+        if op["op"] == "test":
+            assert target[last] == op["value"], "test failed"
+        elif op["op"] in ("add", "replace"):
+            if op["op"] == "replace":
+                assert last in target
+            target[last] = copy.deepcopy(op["value"])
+        elif op["op"] == "remove":
+            del target[last]
+    return doc
+
+
+def real_node(fixtures_real: Path) -> dict[str, Any]:
+    fragment = yaml.safe_load(
+        (
+            fixtures_real
+            / "k8s-node"
+            / "podman-desktop-7778-node-status-fragment-nvidia-gpu-1.yaml"
+        ).read_text()
+    )
+    labels = json.loads(
+        (
+            fixtures_real / "k8s-node" / "nvidia-docs-gfd-labels-a100-sxm4-mig-single-450.json"
+        ).read_text()
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "nvidia1", "labels": labels},
+        "spec": {
+            "taints": [
+                {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
+                {"key": "nvidia.com/gpu", "value": "old", "effect": "NoSchedule"},
+            ]
+        },
+        "status": fragment["status"],
+    }
+
+
+def test_node_patch_merges_taints_and_reset_removes_exactly_what_was_added(
+    fixtures_real: Path,
+) -> None:
+    node = real_node(fixtures_real)
+    labels = {
+        "node-role.kubernetes.io/gpu": "",
+        "nvidia.com/gpu.family": "ampere",
+        "example.com/pool": "training",
+    }
+    taints = [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"key": "example.com/dedicated", "effect": "NoExecute"},
+    ]
+    ops = cm.node_patch(node, labels, taints)
+    assert {"op": "test", "path": "/spec/taints", "value": node["spec"]["taints"]} in ops
+    patched = apply_json_patch(node, ops)
+    assert patched["metadata"]["labels"]["node-role.kubernetes.io/gpu"] == ""
+    assert patched["spec"]["taints"] == [
+        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"key": "example.com/dedicated", "effect": "NoExecute"},
+    ]
+    # nvidia.com/gpu.family=ampere was there already (GFD's), so it is not recorded as ours.
+    annotations = patched["metadata"]["annotations"]
+    assert json.loads(annotations[cm.APPLIED_LABELS_ANNOTATION]) == [
+        "example.com/pool",
+        "node-role.kubernetes.io/gpu",
+    ]
+    assert cm.node_patch(patched, labels, taints) == []  # a second run changes nothing
+    reset = apply_json_patch(patched, cm.node_reset_patch(patched))
+    assert reset["metadata"]["labels"] == node["metadata"]["labels"]
+    assert reset["spec"]["taints"] == [
+        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+    ]
+    assert "annotations" not in reset["metadata"] or not reset["metadata"]["annotations"]
+    assert cm.node_reset_patch(reset) == []
+
+
+def test_node_patch_on_a_node_without_taints_or_annotations() -> None:
+    node = {"metadata": {"name": "n", "labels": {"kubernetes.io/hostname": "n"}}, "spec": {}}
+    ops = cm.node_patch(node, {}, [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
+    patched = apply_json_patch(node, ops)
+    assert patched["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    assert cm.node_patch(patched, {}, [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]) == []
+    assert cm.node_patch(node, {}, []) == []

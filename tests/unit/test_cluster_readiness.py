@@ -1,0 +1,565 @@
+"""GPU node readiness from the API (plugins/module_utils/cluster_readiness.py).
+
+Nodes are built from real captures: the status fragment of a 1-GPU node (allocatable and
+capacity nvidia.com/gpu "1") and the labels GPU Feature Discovery put on a DGX A100 in MIG
+single mode (gpu.count "7"). Scenarios with other counts change only the numbers in copies of
+those. Pod objects are written here in the API's shape (no pod capture exists yet).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_manifests as cm
+from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_readiness as cr
+
+STATUS = "k8s-node/podman-desktop-7778-node-status-fragment-nvidia-gpu-1.yaml"
+GFD_LABELS = "k8s-node/nvidia-docs-gfd-labels-a100-sxm4-mig-single-450.json"
+
+
+@pytest.fixture()
+def real_status(fixtures_real: Path) -> dict[str, Any]:
+    status: dict[str, Any] = yaml.safe_load((fixtures_real / STATUS).read_text())["status"]
+    status["conditions"] = [
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+        }
+    ]
+    return status
+
+
+@pytest.fixture()
+def real_labels(fixtures_real: Path) -> dict[str, str]:
+    labels: dict[str, str] = json.loads((fixtures_real / GFD_LABELS).read_text())
+    return labels
+
+
+def make_node(
+    status: dict[str, Any], labels: dict[str, str], gpus: str | None = None, name: str = "nvidia1"
+) -> dict[str, Any]:
+    status = copy.deepcopy(status)
+    if gpus is not None:
+        status["allocatable"]["nvidia.com/gpu"] = gpus
+        status["capacity"]["nvidia.com/gpu"] = gpus
+    labels = dict(labels, **{"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": name})
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {},
+        "status": status,
+    }
+
+
+def running_pod(name: str, node: str, restarts: int = 0) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "kube-system",
+            "creationTimestamp": "2025-01-01T00:00:00Z",
+        },
+        "spec": {"nodeName": node},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {
+                    "name": "ctr",
+                    "ready": True,
+                    "restartCount": restarts,
+                    "state": {"running": {"startedAt": "2025-01-01T00:00:05Z"}},
+                }
+            ],
+        },
+    }
+
+
+def crashlooping_pod(name: str, node: str) -> dict[str, Any]:
+    pod = running_pod(name, node, restarts=6)
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    pod["status"]["containerStatuses"] = [
+        {
+            "name": "nvidia-device-plugin-ctr",
+            "ready": False,
+            "restartCount": 6,
+            "state": {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": "back-off 5m0s restarting failed container=nvidia-device-plugin-ctr",
+                }
+            },
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+        }
+    ]
+    return pod
+
+
+def configmap(config: dict[str, Any]) -> dict[str, Any]:
+    normalized, errors = cm.validate_config(config)
+    assert errors == []
+    return {"metadata": {"name": cm.CONFIGMAP_NAME}, "data": cm.configmap_data(normalized)}
+
+
+def view(
+    node: dict[str, Any],
+    cmap: dict[str, Any] | None,
+    device_plugin: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    name = node["metadata"]["name"]
+    return {
+        "config": cr.select_config(node, cmap, "nvidia.com/device-plugin.config", "default"),
+        "pods": {
+            "device_plugin": [running_pod("nvidia-device-plugin-abcde", name)]
+            if device_plugin is None
+            else device_plugin,
+            "gfd": [running_pod("gpu-feature-discovery-fghij", name)],
+            "dcgm_exporter": [running_pod("dcgm-exporter-klmno", name)],
+        },
+        "runtime_class": {"metadata": {"name": "nvidia"}, "handler": "nvidia"},
+        "smoke": None,
+    }
+
+
+OPTIONS = {"runtime_class": "nvidia", "runtime_class_handler": "nvidia", "namespace": "kube-system"}
+
+
+def check(checks: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(c for c in checks if c["name"] == name)
+
+
+def evaluate(node: dict[str, Any], the_view: dict[str, Any], **options: Any) -> dict[str, Any]:
+    report: dict[str, Any] = cr.node_report(
+        cr.evaluate_node(node, the_view, dict(OPTIONS, **options))
+    )
+    return report
+
+
+# --- the brief's scenarios -----------------------------------------------------------------------
+
+
+def test_four_gpus_ready_passes(real_status: dict[str, Any], real_labels: dict[str, str]) -> None:
+    labels = dict(real_labels, **{"nvidia.com/gpu.count": "4", "nvidia.com/mig.strategy": "none"})
+    node = make_node(real_status, labels, gpus="4")
+    report = evaluate(node, view(node, configmap({})), expected_gpus=4)
+    assert report["verdict"] == "ready", report
+    assert report["summary"]["fail"] == 0 and report["summary"]["warn"] == 0
+    allocatable = check(report["checks"], "gpu_allocatable")
+    assert allocatable["observed"] == "nvidia.com/gpu=4"
+    assert allocatable["expected"].startswith("nvidia.com/gpu=4 ")
+    assert allocatable["remedy"] is None
+
+
+def test_zero_allocatable_fails_with_a_remedy(
+    real_status: dict[str, Any], real_labels: dict[str, str]
+) -> None:
+    node = make_node(real_status, real_labels, gpus="0")
+    report = evaluate(node, view(node, configmap({})), expected_gpus=4)
+    allocatable = check(report["checks"], "gpu_allocatable")
+    assert allocatable["status"] == "fail"
+    assert "device plugin has not registered GPUs" in allocatable["remedy"]
+    assert report["verdict"] == "not_ready"
+
+
+def test_no_gpu_resource_at_all_fails_even_without_an_expected_count(
+    real_status: dict[str, Any], real_labels: dict[str, str]
+) -> None:
+    status = copy.deepcopy(real_status)
+    del status["allocatable"]["nvidia.com/gpu"]
+    del status["capacity"]["nvidia.com/gpu"]
+    labels = {k: v for k, v in real_labels.items() if k != "nvidia.com/gpu.count"}
+    node = make_node(status, labels)
+    allocatable = check(evaluate(node, view(node, configmap({})))["checks"], "gpu_allocatable")
+    assert allocatable["status"] == "fail"
+    assert allocatable["observed"] == "no nvidia.com/* resources allocatable"
+
+
+def test_plugin_pod_in_crashloopbackoff_fails_with_its_reason(
+    real_status: dict[str, Any], real_labels: dict[str, str]
+) -> None:
+    node = make_node(real_status, real_labels, gpus="0")
+    report = evaluate(
+        node,
+        view(
+            node,
+            configmap({}),
+            device_plugin=[crashlooping_pod("nvidia-device-plugin-x1", "nvidia1")],
+        ),
+        expected_gpus=1,
+    )
+    plugin = check(report["checks"], "device_plugin_pod")
+    assert plugin["status"] == "fail"
+    assert "waiting: CrashLoopBackOff" in plugin["observed"]
+    assert "6 restarts, last exit 1 Error" in plugin["observed"]
+    assert "--previous" in plugin["remedy"] and "NVML" in plugin["remedy"]
+    assert report["verdict"] == "not_ready"
+
+
+def test_time_slicing_four_replicas_of_four_gpus_expects_sixteen(
+    real_status: dict[str, Any], real_labels: dict[str, str]
+) -> None:
+    labels = dict(real_labels, **{"nvidia.com/gpu.count": "4", "nvidia.com/gpu.replicas": "4"})
+    cmap = configmap({"sharing": {"strategy": "time-slicing", "replicas": 4}})
+    node = make_node(real_status, labels, gpus="16")
+    report = evaluate(node, view(node, cmap), expected_gpus=4)
+    allocatable = check(report["checks"], "gpu_allocatable")
+    assert allocatable["status"] == "pass", allocatable
+    assert "nvidia.com/gpu=16" in allocatable["expected"]
+    assert "4 GPU(s) x 4 time-slicing replicas" in allocatable["expected"]
+    # The plugin still advertising the 4 unshared GPUs (config not picked up) fails.
+    stale = make_node(real_status, labels, gpus="4")
+    stale_check = check(
+        evaluate(stale, view(stale, cmap), expected_gpus=4)["checks"], "gpu_allocatable"
+    )
+    assert stale_check["status"] == "fail"
+    assert "Fewer devices than expected" in stale_check["remedy"]
+
+
+# --- the real captures as they are ---------------------------------------------------------------
+
+
+def test_real_one_gpu_node_with_expected_count_passes(real_status: dict[str, Any]) -> None:
+    node = make_node(
+        real_status,
+        {
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+            "nvidia.com/gpu.count": "1",
+            "nvidia.com/gpu.memory": "40960",
+        },
+    )
+    report = evaluate(node, view(node, configmap({})), expected_gpus=1)
+    assert report["verdict"] == "ready", report
+
+
+def test_real_mig_single_labels_give_the_expected_count(
+    real_status: dict[str, Any], real_labels: dict[str, str]
+) -> None:
+    # MIG strategy single: GFD's gpu.count (7) counts MIG devices, advertised as nvidia.com/gpu.
+    cmap = configmap({"mig_strategy": "single"})
+    node = make_node(real_status, real_labels, gpus="7")
+    report = evaluate(node, view(node, cmap))
+    allocatable = check(report["checks"], "gpu_allocatable")
+    assert allocatable["status"] == "pass"
+    assert "count from GFD label nvidia.com/gpu.count" in allocatable["expected"]
+    labels_check = check(report["checks"], "gfd_labels")
+    assert labels_check["status"] == "pass"
+    assert "nvidia.com/gpu.product=A100-SXM4-40GB-MIG-1g.5gb" in labels_check["observed"]
+    assert "MIG strategy single" in check(report["checks"], "device_plugin_config")["observed"]
+
+
+def test_missing_gfd_labels_point_at_nfd(real_status: dict[str, Any]) -> None:
+    node = make_node(real_status, {}, gpus="1")
+    labels_check = check(
+        evaluate(node, view(node, configmap({})), expected_gpus=1)["checks"], "gfd_labels"
+    )
+    assert labels_check["status"] == "fail"
+    assert "nvidia.com/gpu.product" in labels_check["observed"]
+    assert "node-feature-discovery" in labels_check["remedy"]
+
+
+# --- expected resources -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "gpus", "expected"),
+    [
+        ({}, 8, {"nvidia.com/gpu": 8}),
+        ({"sharing": {"strategy": "time-slicing", "replicas": 4}}, 4, {"nvidia.com/gpu": 16}),
+        (
+            {"sharing": {"strategy": "time-slicing", "replicas": 4, "rename_by_default": True}},
+            2,
+            {"nvidia.com/gpu.shared": 8},
+        ),
+        ({"sharing": {"strategy": "mps", "replicas": 3}}, 2, {"nvidia.com/gpu": 6}),
+        (
+            {
+                "sharing": {
+                    "strategy": "time-slicing",
+                    "resources": [
+                        {"name": "nvidia.com/gpu", "replicas": 2, "rename": "example.com/half-gpu"}
+                    ],
+                }
+            },
+            4,
+            {"example.com/half-gpu": 8},
+        ),
+        ({"mig_strategy": "single"}, 7, {"nvidia.com/gpu": 7}),
+        ({"mig_strategy": "mixed"}, 1, None),
+        (
+            {
+                "sharing": {
+                    "strategy": "time-slicing",
+                    "resources": [{"name": "nvidia.com/gpu", "replicas": 2, "devices": [0]}],
+                }
+            },
+            4,
+            None,
+        ),
+    ],
+)
+def test_expected_resources(
+    config: dict[str, Any], gpus: int, expected: dict[str, int] | None
+) -> None:
+    normalized, errors = cm.validate_config(config)
+    assert errors == []
+    config_file = cr.parse_config_text(cm.configmap_data(normalized)["default"])
+    got, why = cr.expected_resources(config_file, gpus)
+    assert got == expected, why
+    assert why
+
+
+def test_shared_resource_name_is_checked(real_status: dict[str, Any]) -> None:
+    cmap = configmap(
+        {"sharing": {"strategy": "time-slicing", "replicas": 2, "rename_by_default": True}}
+    )
+    status = copy.deepcopy(real_status)
+    status["allocatable"]["nvidia.com/gpu.shared"] = "2"
+    status["capacity"]["nvidia.com/gpu.shared"] = "2"
+    del status["allocatable"]["nvidia.com/gpu"], status["capacity"]["nvidia.com/gpu"]
+    node = make_node(status, {"nvidia.com/gpu.count": "1"})
+    allocatable = check(evaluate(node, view(node, cmap))["checks"], "gpu_allocatable")
+    assert allocatable["status"] == "pass", allocatable
+    assert allocatable["observed"] == "nvidia.com/gpu.shared=2"
+
+
+def test_unhealthy_devices_are_told_apart(real_status: dict[str, Any]) -> None:
+    node = make_node(real_status, {"nvidia.com/gpu.count": "4"}, gpus="4")
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "3"
+    allocatable = check(evaluate(node, view(node, configmap({})))["checks"], "gpu_allocatable")
+    assert allocatable["status"] == "fail"
+    assert "unhealthy" in allocatable["remedy"] and "XID" in allocatable["remedy"]
+
+
+def test_per_node_config_is_selected_by_the_node_label(real_status: dict[str, Any]) -> None:
+    cmap = configmap(
+        {
+            "device_plugin_configs": {
+                "shared": {"sharing": {"strategy": "time-slicing", "replicas": 8}}
+            }
+        }
+    )
+    labelled = make_node(
+        real_status,
+        {"nvidia.com/device-plugin.config": "shared", "nvidia.com/gpu.count": "2"},
+        gpus="16",
+    )
+    report = evaluate(labelled, view(labelled, cmap))
+    assert check(report["checks"], "gpu_allocatable")["status"] == "pass"
+    assert "config 'shared'" in check(report["checks"], "device_plugin_config")["observed"]
+    wrong = make_node(real_status, {"nvidia.com/device-plugin.config": "nope"}, gpus="1")
+    config_check = check(evaluate(wrong, view(wrong, cmap))["checks"], "device_plugin_config")
+    assert config_check["status"] == "fail"
+    assert (
+        "names a config the ConfigMap does not have (it has: default, shared)"
+        in config_check["observed"]
+    )
+
+
+# --- pods, node conditions, runtime class --------------------------------------------------------
+
+
+def test_pod_health_reasons() -> None:
+    assert cr.pod_health([]) == (False, "no pod on this node", "NoPod")
+    ok, text, _ = cr.pod_health([running_pod("p", "n", restarts=2)])
+    assert ok and "(2 restarts)" in text
+    pull = running_pod("p", "n")
+    pull["status"] = {
+        "phase": "Pending",
+        "containerStatuses": [
+            {
+                "name": "c",
+                "ready": False,
+                "restartCount": 0,
+                "state": {
+                    "waiting": {
+                        "reason": "ImagePullBackOff",
+                        "message": 'Back-off pulling image "nvcr.io/x"',
+                    }
+                },
+            }
+        ],
+    }
+    ok, text, reason = cr.pod_health([pull])
+    assert not ok and reason == "ImagePullBackOff" and "Back-off pulling image" in text
+    unschedulable = {
+        "metadata": {"name": "p"},
+        "spec": {"nodeName": "n"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        },
+    }
+    ok, text, reason = cr.pod_health([unschedulable])
+    assert not ok and reason == "Unschedulable" and "Insufficient nvidia.com/gpu" in text
+    # A rollout: the new pod runs while the old one terminates.
+    old = crashlooping_pod("old", "n")
+    old["metadata"]["deletionTimestamp"] = "2025-01-01T00:01:00Z"
+    assert cr.pod_health([old, running_pod("new", "n")])[0]
+
+
+def test_missing_plugin_pod_explains_the_node_selection(real_status: dict[str, Any]) -> None:
+    node = make_node(real_status, {"nvidia.com/gpu.count": "1"}, gpus="1")
+    plugin = check(
+        evaluate(node, view(node, configmap({}), device_plugin=[]))["checks"], "device_plugin_pod"
+    )
+    assert plugin["status"] == "fail"
+    assert "nvidia.com/gpu.present=true" in plugin["remedy"]
+
+
+def test_not_ready_and_cordoned_nodes(real_status: dict[str, Any]) -> None:
+    node = make_node(real_status, {"nvidia.com/gpu.count": "1"}, gpus="1")
+    node["status"]["conditions"] = [
+        {
+            "type": "Ready",
+            "status": "False",
+            "reason": "KubeletNotReady",
+            "message": "container runtime network not ready",
+        }
+    ]
+    ready = check(evaluate(node, view(node, configmap({})))["checks"], "node_ready")
+    assert ready["status"] == "fail" and ready["layer"] == "kubelet"
+    assert "KubeletNotReady" in ready["observed"]
+    node["status"]["conditions"][0].update(status="True", reason="KubeletReady")
+    node["spec"]["unschedulable"] = True
+    assert (
+        check(evaluate(node, view(node, configmap({})))["checks"], "node_ready")["status"] == "warn"
+    )
+
+
+def test_runtime_class_checks(real_status: dict[str, Any]) -> None:
+    node = make_node(real_status, {"nvidia.com/gpu.count": "1"}, gpus="1")
+    the_view = view(node, configmap({}))
+    the_view["runtime_class"] = None
+    assert check(evaluate(node, the_view)["checks"], "runtime_class")["status"] == "fail"
+    the_view["runtime_class"] = {"handler": "runc"}
+    assert check(evaluate(node, the_view)["checks"], "runtime_class")["status"] == "fail"
+    the_view["runtime_class"] = {
+        "handler": "nvidia",
+        "scheduling": {"nodeSelector": {"pool": "gpu"}},
+    }
+    mismatch = check(evaluate(node, the_view)["checks"], "runtime_class")
+    assert mismatch["status"] == "fail" and "does not match this node" in mismatch["observed"]
+    node["metadata"]["labels"]["pool"] = "gpu"
+    assert check(evaluate(node, the_view)["checks"], "runtime_class")["status"] == "pass"
+
+
+def test_dcgm_exporter_problems_only_warn(real_status: dict[str, Any]) -> None:
+    node = make_node(
+        real_status,
+        {
+            "nvidia.com/gpu.count": "1",
+            "nvidia.com/gpu.product": "T4",
+            "nvidia.com/gpu.memory": "15360",
+        },
+        gpus="1",
+    )
+    the_view = view(node, configmap({}))
+    the_view["pods"]["dcgm_exporter"] = []
+    report = evaluate(node, the_view)
+    assert check(report["checks"], "dcgm_exporter_pod")["status"] == "warn"
+    assert report["verdict"] == "ready_with_warnings"
+
+
+def test_overall_verdict() -> None:
+    assert cr.overall_verdict({}) == "not_ready"
+    assert (
+        cr.overall_verdict({"a": {"verdict": "ready"}, "b": {"verdict": "ready_with_warnings"}})
+        == "ready_with_warnings"
+    )
+    assert (
+        cr.overall_verdict({"a": {"verdict": "ready"}, "b": {"verdict": "not_ready"}})
+        == "not_ready"
+    )
+
+
+# --- smoke test ---------------------------------------------------------------------------------
+
+
+def test_smoke_pod_asks_the_scheduler_for_one_gpu_on_that_node(real_status: dict[str, Any]) -> None:
+    node = make_node(real_status, {}, gpus="1")
+    node["spec"]["taints"] = [
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+    ]
+    pod = cr.smoke_pod(
+        "kubegpu-smoke-1",
+        "default",
+        node,
+        "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+        "nvidia.com/gpu",
+        "nvidia",
+        120,
+    )
+    spec = pod["spec"]
+    assert "nodeName" not in spec
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["nvidia1"]
+    assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["restartPolicy"] == "Never"
+    assert spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kubegpu"
+
+
+# The lines the vectorAdd sample prints (its source prints these, ending in "Test PASSED").
+SAMPLE_LOG = (
+    "[Vector addition of 50000 elements]\nCopy input data from the host memory to the "
+    "CUDA device\nCUDA kernel launch with 196 blocks of 256 threads\nCopy output data "
+    "from the CUDA device to the host memory\nTest PASSED\nDone\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("phase", "log", "timed_out", "status", "text"),
+    [
+        ("Succeeded", SAMPLE_LOG, False, "pass", "Test PASSED"),
+        (
+            "Succeeded",
+            "[Vector addition of 50000 elements]\nDone\n",
+            False,
+            "fail",
+            "without 'Test PASSED'",
+        ),
+        ("Succeeded", None, False, "warn", "could not be read"),
+        (
+            "Failed",
+            "Failed to allocate device vector A (error code CUDA driver version is "
+            "insufficient for CUDA runtime version)!\n",
+            False,
+            "fail",
+            "CUDA driver version",
+        ),
+        ("Pending", None, True, "fail", "still Pending after 60s"),
+    ],
+)
+def test_judge_smoke(phase: str, log: str | None, timed_out: bool, status: str, text: str) -> None:
+    pod = {"metadata": {"name": "kubegpu-smoke-x"}, "status": {"phase": phase}}
+    result = cr.judge_smoke(
+        pod, log, "HTTP 404" if log is None else None, "Test PASSED", timed_out, 60, "img", True
+    )
+    assert result["status"] == status
+    assert text in result["observed"]
+    if status != "pass":
+        assert result["remedy"]
+
+
+def test_smoke_pod_left_behind_is_reported() -> None:
+    pod = {"metadata": {"name": "kubegpu-smoke-x"}, "status": {"phase": "Succeeded"}}
+    result = cr.judge_smoke(pod, SAMPLE_LOG, None, "Test PASSED", False, 60, "img", False)
+    assert "delete kubegpu-smoke-x by hand" in result["observed"]
