@@ -1,8 +1,8 @@
 """The README's first command: bootstrap a local testbed and print its readiness report.
 
-Brings up (or reuses) three testbed nodes: node1 plain, node2 with a SIMULATED GPU replaying a
-real nvidia-smi capture, node3 able to run containerd. Runs site.yml on them through the API,
-prints the summary and the readiness report, and leaves the nodes up.
+Brings up (or reuses) three testbed nodes, all able to run containerd, node2 with a SIMULATED
+GPU replaying a real nvidia-smi capture. Runs site.yml on them through the API, prints the
+summary and the readiness report, and leaves the nodes up.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             nodes=3,
             cache_dir=default_cache_dir(),
             state_dir=state_dir,
-            containers=("node3",),
+            containers=("node1", "node2", "node3"),
             simulate_gpu=(("node2", args.capture),),
         )
         state = testbed.up(config, progress=lambda m: print(f"testbed: {m}", file=sys.stderr))
