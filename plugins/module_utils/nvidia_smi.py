@@ -760,3 +760,18 @@ def gpu_facts(result, path, proc_version_text):
         "failure": result["failure"],
         "notes": list(result["notes"]) + list(parsed.get("warnings", [])),
     }
+
+
+C_ENV = {"LC_ALL": "C", "LANG": "C"}
+
+
+def make_runner(module):
+    """run(argv) -> (rc, stdout, stderr), in the C locale; an unrunnable file gives rc 126."""
+
+    def run(argv):
+        try:
+            return module.run_command(argv, environ_update=C_ENV, handle_exceptions=False)
+        except OSError as exc:
+            return 126, "", "%s: %s" % (argv[0], exc)
+
+    return run

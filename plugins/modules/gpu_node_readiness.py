@@ -201,21 +201,11 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.node_readiness import 
     summarize,
     verdict,
 )
-from ansible_collections.kubegpu.gpu.plugins.module_utils.nvidia_smi import run_query, version_tuple
-
-C_ENV = {"LC_ALL": "C", "LANG": "C"}
-
-
-def make_runner(module):
-    """run(argv) -> (rc, stdout, stderr), in the C locale; an unrunnable file gives rc 126."""
-
-    def run(argv):
-        try:
-            return module.run_command(argv, environ_update=C_ENV, handle_exceptions=False)
-        except OSError as exc:
-            return 126, "", "%s: %s" % (argv[0], exc)
-
-    return run
+from ansible_collections.kubegpu.gpu.plugins.module_utils.nvidia_smi import (
+    make_runner,
+    run_query,
+    version_tuple,
+)
 
 
 def validate(module):

@@ -209,21 +209,11 @@ ansible_facts:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubegpu.gpu.plugins.module_utils.nvidia_smi import gpu_facts, run_query
-
-C_ENV = {"LC_ALL": "C", "LANG": "C"}
-
-
-def make_runner(module):
-    """run(argv) -> (rc, stdout, stderr), in the C locale; an unrunnable file gives rc 126."""
-
-    def run(argv):
-        try:
-            return module.run_command(argv, environ_update=C_ENV, handle_exceptions=False)
-        except OSError as exc:
-            return 126, "", "%s: %s" % (argv[0], exc)
-
-    return run
+from ansible_collections.kubegpu.gpu.plugins.module_utils.nvidia_smi import (
+    gpu_facts,
+    make_runner,
+    run_query,
+)
 
 
 def read_text(path):
