@@ -207,14 +207,15 @@ def as_quantity(value):
     return value
 
 
-def _whole_quantity_error(value, what):
-    """None when value is a quantity that is a whole number of 0 or more, else the reason."""
+def whole_quantity_error(value, what):
+    """None when value is a quantity that is a whole number of 0 or more, else the reason
+    (`what` names the things counted: GPUs, pods)."""
     try:
         amount = parse_quantity(value)
     except ValueError as exc:
         return str(exc)
     if amount < 0 or amount.denominator != 1:
-        return "%r is not a whole number of 0 or more (%s are counted in whole devices)" % (
+        return "%r is not a whole number of 0 or more (%s are counted in whole units)" % (
             value,
             what,
         )
@@ -300,7 +301,7 @@ class _Errors:
         self.items.append("%s%s: %s" % (PREFIX, var, message))
 
 
-def _is_int(value):
+def is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -380,7 +381,7 @@ def _normalize_list_strategy(errors, var, value):
 
 
 def _check_replicas(errors, var, value):
-    if not _is_int(value) or value < 1:
+    if not is_int(value) or value < 1:
         errors.add(
             var,
             "%r is not allowed; allowed: an integer of 1 or more (how many "
@@ -480,7 +481,7 @@ def _normalize_sharing(errors, var, value, mig_strategy):
                 devices = item["devices"]
                 ok = (
                     devices == "all"
-                    or (_is_int(devices) and devices > 0)
+                    or (is_int(devices) and devices > 0)
                     or (
                         isinstance(devices, list)
                         and devices
@@ -638,7 +639,7 @@ def validate_config(config):
             "'-', at most 63 characters)" % (cfg["namespace"],),
         )
     _check_str(errors, "kube_context", cfg["kube_context"], allow_empty=True)
-    if not _is_int(cfg["api_timeout"]) or not 1 <= cfg["api_timeout"] <= 300:
+    if not is_int(cfg["api_timeout"]) or not 1 <= cfg["api_timeout"] <= 300:
         errors.add(
             "api_timeout",
             "%r is not allowed; allowed: whole seconds from 1 to 300" % (cfg["api_timeout"],),
@@ -803,7 +804,7 @@ def validate_config(config):
     _check_labels(errors, "runtime_class_node_selector", cfg["runtime_class_node_selector"])
     _check_tolerations(errors, "runtime_class_tolerations", cfg["runtime_class_tolerations"])
     port = cfg["dcgm_exporter_port"]
-    if not _is_int(port) or not 1 <= port <= 65535:
+    if not is_int(port) or not 1 <= port <= 65535:
         errors.add("dcgm_exporter_port", "%r is not a port number (1-65535)" % (port,))
     _check_labels(
         errors, "dcgm_exporter_service_monitor_labels", cfg["dcgm_exporter_service_monitor_labels"]
@@ -864,7 +865,7 @@ def _normalize_quotas(errors, quotas, default_settings):
             if item.get(key) is None:
                 continue
             value = as_quantity(item[key])
-            error = _whole_quantity_error(value, "GPUs")
+            error = whole_quantity_error(value, "GPUs")
             if error:
                 errors.add("%s.%s" % (qvar, key), error)
             entry[key] = value

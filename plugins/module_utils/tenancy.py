@@ -54,9 +54,11 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_manifests impo
     coerce_int,
     extended_resource_error,
     is_dns_label,
+    is_int,
     label_value_error,
     parse_quantity,
     qualified_name_error,
+    whole_quantity_error,
 )
 
 __metaclass__ = type
@@ -252,25 +254,11 @@ class _Errors:
             self.items.append(item)
 
 
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _quantity_error(value):
     try:
         parse_quantity(value)
     except ValueError as exc:
         return str(exc)
-    return None
-
-
-def _whole_count_error(value, what):
-    try:
-        amount = parse_quantity(value)
-    except ValueError as exc:
-        return str(exc)
-    if amount < 0 or amount.denominator != 1:
-        return "%r is not a whole number of 0 or more (%s are counted whole)" % (value, what)
     return None
 
 
@@ -564,7 +552,7 @@ def _normalize_tenant(errors, index, item, settings, known, seen_names):
             errors.add(rvar, "bad resource name: %s" % error)
             continue
         value = as_quantity(gpus[resource])
-        error = _whole_count_error(value, "GPUs")
+        error = whole_quantity_error(value, "GPUs")
         if error:
             errors.add(rvar, error)
             continue
@@ -575,7 +563,7 @@ def _normalize_tenant(errors, index, item, settings, known, seen_names):
     max_per = item.get("max_gpus_per_container")
     if max_per is not None:
         max_per = as_quantity(max_per)
-        error = _whole_count_error(max_per, "GPUs")
+        error = whole_quantity_error(max_per, "GPUs")
         if error:
             errors.add(var + ".max_gpus_per_container", error)
             max_per = None
@@ -585,7 +573,7 @@ def _normalize_tenant(errors, index, item, settings, known, seen_names):
     pods = item.get("pods")
     if pods is not None:
         pods = as_quantity(pods)
-        error = _whole_count_error(pods, "pods")
+        error = whole_quantity_error(pods, "pods")
         if error:
             errors.add(var + ".pods", error)
             pods = None
@@ -654,7 +642,7 @@ def validate_settings(config):
             errors.add(key, "%r is not a boolean (true or false)" % (settings[key],))
     for key in INT_KEYS:
         settings[key] = coerce_int(settings[key])
-        if not _is_int(settings[key]):
+        if not is_int(settings[key]):
             errors.add(key, "%r is not an integer" % (settings[key],))
         elif settings[key] < INT_MINIMUMS[key]:
             errors.add(key, "%d is below the minimum %d" % (settings[key], INT_MINIMUMS[key]))
@@ -1533,39 +1521,31 @@ def pytorch_single(settings, namespace, name="pytorch-single-gpu", products=None
     ]
 
 
-def pytorch_ddp(settings, namespace, name="pytorch-ddp"):
+def _multiworker(settings, namespace, name, workload, image, command, env, port, script):
+    """An indexed Job of one pod per node with a headless Service for the workers to find each
+    other: the shape shared by the PyTorch DDP and TensorFlow multi-worker examples."""
     nodes = settings["workload_nodes"]
-    per_node = settings["workload_gpus_per_node"]
     service = name + "-workers"
-    master = "%s-0.%s" % (name, service)
-    command = [
-        "torchrun",
-        "--nnodes=%d" % nodes,
-        "--nproc-per-node=%d" % per_node,
-        "--node-rank=$(NODE_RANK)",
-        "--master-addr=%s" % master,
-        "--master-port=29500",
-        SCRIPT_MOUNT + "/" + SCRIPT_KEY,
-    ]
+    port_number, port_name = port
     container = _container(
         settings,
-        settings["workload_pytorch_image"],
+        image,
         command,
-        gpu_resources(settings, GPU_RESOURCE, per_node),
-        env=[_index_env()],
-        ports=[{"name": "rendezvous", "containerPort": 29500, "protocol": "TCP"}],
+        gpu_resources(settings, GPU_RESOURCE, settings["workload_gpus_per_node"]),
+        env=[_index_env(), *env],
+        ports=[{"name": port_name, "containerPort": port_number, "protocol": "TCP"}],
     )
     affinity = gpu_affinity(
         settings["workload_gpu_products"], settings["workload_gpu_memory_min_mib"]
     )
     return [
-        _script_configmap(name + "-script", namespace, "pytorch-ddp", PYTORCH_SCRIPT),
-        _headless_service(service, namespace, "pytorch-ddp", name, 29500, "rendezvous"),
+        _script_configmap(name + "-script", namespace, workload, script),
+        _headless_service(service, namespace, workload, name, port_number, port_name),
         _job(
             settings,
             name,
             namespace,
-            "pytorch-ddp",
+            workload,
             _pod_spec(settings, name + "-script", container, affinity, subdomain=service),
             completions=nodes,
             indexed=True,
@@ -1573,39 +1553,50 @@ def pytorch_ddp(settings, namespace, name="pytorch-ddp"):
     ]
 
 
+def pytorch_ddp(settings, namespace, name="pytorch-ddp"):
+    command = [
+        "torchrun",
+        "--nnodes=%d" % settings["workload_nodes"],
+        "--nproc-per-node=%d" % settings["workload_gpus_per_node"],
+        "--node-rank=$(NODE_RANK)",
+        "--master-addr=%s-0.%s-workers" % (name, name),
+        "--master-port=29500",
+        SCRIPT_MOUNT + "/" + SCRIPT_KEY,
+    ]
+    image = settings["workload_pytorch_image"]
+    return _multiworker(
+        settings,
+        namespace,
+        name,
+        "pytorch-ddp",
+        image,
+        command,
+        [],
+        (29500, "rendezvous"),
+        PYTORCH_SCRIPT,
+    )
+
+
 def tensorflow_multiworker(settings, namespace, name="tensorflow-multiworker"):
-    nodes = settings["workload_nodes"]
-    per_node = settings["workload_gpus_per_node"]
     service = name + "-workers"
-    workers = ["%s-%d.%s:2222" % (name, i, service) for i in range(nodes)]
+    workers = ["%s-%d.%s:2222" % (name, i, service) for i in range(settings["workload_nodes"])]
     # TF_CONFIG per worker: the kubelet expands $(NODE_RANK), defined just before it.
     tf_config = '{"cluster": {"worker": %s}, "task": {"type": "worker", "index": $(NODE_RANK)}}' % (
         json.dumps(workers),
     )
-    container = _container(
+    command = ["python", SCRIPT_MOUNT + "/" + SCRIPT_KEY]
+    env = [{"name": "TF_CONFIG", "value": tf_config}]
+    return _multiworker(
         settings,
+        namespace,
+        name,
+        "tensorflow-multiworker",
         settings["workload_tensorflow_image"],
-        ["python", SCRIPT_MOUNT + "/" + SCRIPT_KEY],
-        gpu_resources(settings, GPU_RESOURCE, per_node),
-        env=[_index_env(), {"name": "TF_CONFIG", "value": tf_config}],
-        ports=[{"name": "grpc", "containerPort": 2222, "protocol": "TCP"}],
+        command,
+        env,
+        (2222, "grpc"),
+        TENSORFLOW_SCRIPT,
     )
-    affinity = gpu_affinity(
-        settings["workload_gpu_products"], settings["workload_gpu_memory_min_mib"]
-    )
-    return [
-        _script_configmap(name + "-script", namespace, "tensorflow-multiworker", TENSORFLOW_SCRIPT),
-        _headless_service(service, namespace, "tensorflow-multiworker", name, 2222, "grpc"),
-        _job(
-            settings,
-            name,
-            namespace,
-            "tensorflow-multiworker",
-            _pod_spec(settings, name + "-script", container, affinity, subdomain=service),
-            completions=nodes,
-            indexed=True,
-        ),
-    ]
 
 
 def pytorch_time_sliced(settings, namespace, name="pytorch-time-sliced"):
