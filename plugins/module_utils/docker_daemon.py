@@ -89,3 +89,81 @@ def plan_daemon_json(old_text, runtime_name, binary, default_runtime, path="daem
         return old_text, False
     indent = detect_indent(old_text) if old_text and old_text.strip() else 4
     return render_daemon_json(merged, indent), True
+
+
+# --- what kubegpu did, and undoing exactly that -----------------------------------------------------
+#
+# The module records, in a local fact file, what daemon.json held before kubegpu first set the
+# runtime (the entry of that name, `default-runtime`, whether `runtimes` or the file existed),
+# so that a reset takes out only kubegpu's settings and keeps every key the user set since.
+
+RECORD_FORMAT = 1
+_MISSING = {"missing": True}
+
+
+def record_after_merge(record, old_text, runtime_name, binary, default_runtime, path):
+    """The record after a merge changed daemon.json; the `before` values of the first merge
+    are kept, so a reset goes back to what the file held before kubegpu."""
+    current = load_daemon_json(old_text, path)
+    runtimes = current.get("runtimes") if isinstance(current.get("runtimes"), dict) else None
+    fresh = {
+        "format": RECORD_FORMAT,
+        "path": path,
+        "runtime_name": runtime_name,
+        "file_created": old_text is None,
+        "runtimes_key_added": runtimes is None,
+        "runtime_before": copy.deepcopy(runtimes.get(runtime_name)) if runtimes else None,
+        "default_runtime_before": current.get("default-runtime", _MISSING),
+        "default_runtime_set": False,
+    }
+    if not record or record.get("path") != path or record.get("runtime_name") != runtime_name:
+        record = fresh
+    else:
+        record = dict(record)
+    record["runtime_binary"] = binary
+    if default_runtime and current.get("default-runtime") != runtime_name:
+        if not record.get("default_runtime_set"):
+            record["default_runtime_before"] = current.get("default-runtime", _MISSING)
+        record["default_runtime_set"] = True
+    return record
+
+
+def unmerge_nvidia(config, record):
+    """(new config, [what was undone]) for a reset, from kubegpu's record."""
+    merged = copy.deepcopy(config)
+    undone = []
+    name = record.get("runtime_name")
+    runtimes = merged.get("runtimes")
+    ours = isinstance(runtimes, dict) and isinstance(runtimes.get(name), dict)
+    if ours and runtimes[name].get("path") == record.get("runtime_binary"):
+        before = record.get("runtime_before")
+        if before is None:
+            del runtimes[name]
+            undone.append("removed runtimes.%s" % name)
+        else:
+            runtimes[name] = before
+            undone.append("put back runtimes.%s as it was" % name)
+        if not runtimes and record.get("runtimes_key_added"):
+            del merged["runtimes"]
+    if record.get("default_runtime_set") and merged.get("default-runtime") == name:
+        before = record.get("default_runtime_before", _MISSING)
+        if before == _MISSING:
+            del merged["default-runtime"]
+            undone.append("removed default-runtime")
+        else:
+            merged["default-runtime"] = before
+            undone.append("put back default-runtime %r" % (before,))
+    return merged, undone
+
+
+def plan_reset(old_text, record, path="daemon.json"):
+    """("keep"|"edit"|"remove", new_text, [what was undone]) for a reset of daemon.json."""
+    if old_text is None or not record:
+        return "keep", old_text, []
+    current = load_daemon_json(old_text, path)
+    merged, undone = unmerge_nvidia(current, record)
+    if merged == current:
+        return "keep", old_text, []
+    if not merged and record.get("file_created"):
+        return "remove", None, undone
+    return "edit", render_daemon_json(merged, detect_indent(old_text)), undone

@@ -101,6 +101,26 @@ options:
     description: Keep a copy of a file before changing it, beside it (a name ending in C(~), which the C(*.toml) import does not match).
     type: bool
     default: true
+  state:
+    description:
+      - C(present) wires the runtime in. C(absent) undoes what kubegpu did, exactly
+        (C(playbooks/reset.yml) uses it) - removes the drop-in when it carries kubegpu's mark,
+        takes the imports entry out of the main config only when kubegpu added it (the record
+        says so, or, without a record, the oldest backup kubegpu made lacks it), removes the
+        C(imports) line too when kubegpu created that line, and the main config when kubegpu
+        created it and nothing else is in it. Every other change to the main config is kept.
+      - C(absent) needs neither containerd nor validation.
+    type: str
+    choices: [present, absent]
+    default: present
+  record_path:
+    description:
+      - Where the module records what it changed in the main config (JSON, a local fact that
+        C(setup) reports as C(ansible_facts['local']['kubegpu_containerd'])), read back by
+        O(state=absent). Written each time the module adds the imports entry.
+      - An empty string keeps no record.
+    type: str
+    default: /etc/ansible/facts.d/kubegpu_containerd.fact
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -199,16 +219,29 @@ toml_parser:
   description: Which TOML reader ran (C(tomllib), C(toml) or C(builtin)).
   returned: always
   type: str
+removal:
+  description: With O(state=absent), what was done with the main config and why.
+  returned: when O(state=absent)
+  type: dict
+  sample: {"main_config": "edit", "why": "kubegpu added the imports entry (recorded)", "drop_in": "removed"}
 """
 
+import glob
 import os
 import re
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubegpu.gpu.plugins.module_utils.files import (
+    read_record,
+    write_atomic,
+    write_record,
+)
 from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd import (
+    MANAGED_MARK,
     ContainerdConfigError,
     plan,
+    plan_removal,
+    record_after_apply,
     toml_parser_name,
     validate_candidate,
 )
@@ -216,22 +249,70 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd import (
 RUNTIME_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
-def write_atomic(module, path, text, mode):
-    """Write `text` next to `path` under a name no import glob matches, then rename it over."""
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(
-        dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp"
-    )
+def read_optional(path):
+    if not os.path.isfile(path):
+        return None
+    with open(path, "r", encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+def remove(module, result):
+    """state=absent: undo exactly what kubegpu did (see the documentation)."""
+    p = module.params
+    drop_in_path = result["drop_in_path"]
+    record = read_record(module, p["record_path"])
+    removal = {"drop_in": "absent", "main_config": "keep", "record": p["record_path"] or None}
+    drop_in = read_optional(drop_in_path)
+    if drop_in is not None:
+        removal["drop_in"] = "removed" if MANAGED_MARK in drop_in else "kept (not kubegpu's)"
+    main_text = read_optional(p["config_path"])
+    backups = sorted(glob.glob(glob.escape(p["config_path"]) + ".*~"), key=os.path.getmtime)
+    oldest = read_optional(backups[0]) if backups else None
+    entry = os.path.join(p["drop_in_dir"], "*.toml")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        existed = os.path.exists(path)
-        module.atomic_move(tmp, path, unsafe_writes=False)
-        if not existed:
-            os.chmod(path, mode)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        action, new_text, why = plan_removal(main_text, record, entry, oldest, p["config_path"])
+    except ContainerdConfigError as exc:
+        module.fail_json(msg="Nothing was changed: %s" % exc, **result)
+    removal.update(main_config=action, why=why)
+    changed = removal["drop_in"] == "removed" or action != "keep"
+    result.update(changed=changed, restart_required=changed, removal=removal)
+    result["config_changed"] = action != "keep"
+    result["drop_in_changed"] = removal["drop_in"] == "removed"
+    if module._diff and changed:
+        diffs = []
+        if action != "keep":
+            diffs.append(
+                dict(
+                    before_header=p["config_path"],
+                    after_header=p["config_path"],
+                    before=main_text,
+                    after=new_text or "",
+                )
+            )
+        if removal["drop_in"] == "removed":
+            diffs.append(
+                dict(
+                    before_header=drop_in_path, after_header=drop_in_path, before=drop_in, after=""
+                )
+            )
+        result["diff"] = diffs
+    if module.check_mode:
+        module.exit_json(**result)
+    try:
+        if removal["drop_in"] == "removed":
+            os.unlink(drop_in_path)
+        if action != "keep" and p["backup"]:
+            result["backup_files"].append(module.backup_local(p["config_path"]))
+        if action == "remove":
+            os.unlink(p["config_path"])
+        elif action == "edit":
+            write_atomic(module, p["config_path"], new_text, 0o644)
+        if record is not None and p["record_path"]:
+            os.unlink(p["record_path"])
+            result["changed"] = True
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="undoing the containerd configuration failed: %s" % exc, **result)
+    module.exit_json(**result)
 
 
 def main():
@@ -248,6 +329,8 @@ def main():
             containerd_binary=dict(type="path"),
             ctr_binary=dict(type="path"),
             backup=dict(type="bool", default=True),
+            state=dict(type="str", default="present", choices=["present", "absent"]),
+            record_path=dict(type="str", default="/etc/ansible/facts.d/kubegpu_containerd.fact"),
         ),
         supports_check_mode=True,
     )
@@ -263,6 +346,14 @@ def main():
         backup_files=[],
         toml_parser=toml_parser_name(),
     )
+    if p["record_path"] and not os.path.isabs(p["record_path"]):
+        module.fail_json(
+            msg="record_path %r must be an absolute path (or empty to keep no record)"
+            % p["record_path"],
+            **result,
+        )
+    if p["state"] == "absent":
+        remove(module, result)
     if not RUNTIME_NAME.match(p["runtime_name"]):
         module.fail_json(
             msg="runtime_name %r is not a valid RuntimeClass handler: lowercase letters, digits and "
@@ -350,6 +441,7 @@ def main():
                 )
             )
         result["diff"] = diffs
+    record = read_record(module, p["record_path"])
     if not changed:
         module.exit_json(**result)
 
@@ -404,6 +496,10 @@ def main():
             if p["backup"] and planned["main_before"] is not None:
                 result["backup_files"].append(module.backup_local(p["config_path"]))
             write_atomic(module, p["config_path"], planned["main_after"], 0o644)
+        if p["record_path"] and config_changed:
+            write_record(
+                module, p["record_path"], record_after_apply(record, planned, config_changed)
+            )
     except (IOError, OSError) as exc:
         module.fail_json(msg="writing the containerd configuration failed: %s" % exc, **result)
     module.exit_json(**result)

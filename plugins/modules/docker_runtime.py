@@ -53,6 +53,24 @@ options:
     description: Keep a copy of the file before changing it, beside it.
     type: bool
     default: true
+  state:
+    description:
+      - C(present) merges the runtime in. C(absent) undoes what kubegpu did, from its record
+        (C(playbooks/reset.yml) uses it) - removes C(runtimes.<runtime_name>) when its C(path) is
+        still the one kubegpu set (or puts back the entry the file had before), C(default-runtime)
+        when kubegpu set it and it still names the runtime, C(runtimes) when kubegpu added it and
+        it is empty, and the file when kubegpu created it and nothing is left. Every other key
+        stays. Without a record nothing is changed.
+    type: str
+    choices: [present, absent]
+    default: present
+  record_path:
+    description:
+      - Where the module records what daemon.json held before it first changed it (JSON, a local
+        fact that C(setup) reports as C(ansible_facts['local']['kubegpu_docker'])), read back by
+        O(state=absent). An empty string keeps no record.
+    type: str
+    default: /etc/ansible/facts.d/kubegpu_docker.fact
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -95,16 +113,65 @@ backup_file:
   description: The backup written before the change.
   returned: when a backup was written
   type: str
+undone:
+  description: With O(state=absent), what was taken out of daemon.json.
+  returned: when O(state=absent)
+  type: list
+  elements: str
+  sample: ["removed runtimes.nvidia"]
 """
 
 import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubegpu.gpu.plugins.module_utils.files import (
+    read_record,
+    write_atomic,
+    write_record,
+)
 from ansible_collections.kubegpu.gpu.plugins.module_utils.docker_daemon import (
     DockerDaemonError,
     plan_daemon_json,
+    plan_reset,
+    record_after_merge,
 )
+
+
+def remove(module, result, old_text):
+    p = module.params
+    path = p["path"]
+    record = read_record(module, p["record_path"])
+    try:
+        action, new_text, undone = plan_reset(old_text, record, path)
+    except DockerDaemonError as exc:
+        module.fail_json(msg=str(exc), **result)
+    changed = action != "keep"
+    result.update(changed=changed, restart_required=changed, undone=undone)
+    if not record:
+        result["undone"] = []
+        module.warn(
+            "no record of kubegpu's changes at %s: %s left as it is" % (p["record_path"], path)
+        )
+    if changed and module._diff:
+        result["diff"] = dict(
+            before_header=path, after_header=path, before=old_text or "", after=new_text or ""
+        )
+    if module.check_mode:
+        module.exit_json(**result)
+    try:
+        if changed and p["backup"]:
+            result["backup_file"] = module.backup_local(path)
+        if action == "remove":
+            os.unlink(path)
+        elif action == "edit":
+            write_atomic(module, path, new_text)
+        if record is not None:
+            os.unlink(p["record_path"])
+            result["changed"] = True
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="undoing %s failed: %s" % (path, exc), **result)
+    module.exit_json(**result)
 
 
 def main():
@@ -117,6 +184,8 @@ def main():
             validate=dict(type="bool", default=True),
             dockerd_binary=dict(type="path"),
             backup=dict(type="bool", default=True),
+            state=dict(type="str", default="present", choices=["present", "absent"]),
+            record_path=dict(type="str", default="/etc/ansible/facts.d/kubegpu_docker.fact"),
         ),
         supports_check_mode=True,
     )
@@ -133,6 +202,14 @@ def main():
     if os.path.isfile(path):
         with open(path, "r", encoding="utf-8", newline="") as f:
             old_text = f.read()
+    if p["record_path"] and not os.path.isabs(p["record_path"]):
+        module.fail_json(
+            msg="record_path %r must be an absolute path (or empty to keep no record)"
+            % p["record_path"],
+            **result,
+        )
+    if p["state"] == "absent":
+        remove(module, result, old_text)
     try:
         new_text, changed = plan_daemon_json(
             old_text, p["runtime_name"], p["runtime_binary"], p["default_runtime"], path
@@ -192,12 +269,17 @@ def main():
             os.makedirs(directory, 0o755)
         if p["backup"] and old_text is not None:
             result["backup_file"] = module.backup_local(path)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(new_text)
-        module.atomic_move(tmp, path)
-        if old_text is None:
-            os.chmod(path, 0o644)
+        if p["record_path"]:
+            record = record_after_merge(
+                read_record(module, p["record_path"]),
+                old_text,
+                p["runtime_name"],
+                p["runtime_binary"],
+                p["default_runtime"],
+                path,
+            )
+            write_record(module, p["record_path"], record)
+        write_atomic(module, path, new_text)
     except (IOError, OSError) as exc:
         module.fail_json(msg="writing %s failed: %s" % (path, exc), **result)
     module.exit_json(**result)

@@ -253,9 +253,9 @@ self_labels:
 """
 
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubegpu.gpu.plugins.module_utils.files import write_atomic
 from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet import (
     DEFAULT_PATHS,
     DROPIN_ENV_UNTIL,
@@ -290,24 +290,6 @@ ARGUMENT_SPEC = dict(
     validate_only=dict(type="bool", default=False),
     backup=dict(type="bool", default=True),
 )
-
-
-def write_atomic(module, path, text, mode):
-    """Write `text` to a hidden temporary file beside `path`, then rename it over `path`."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(
-        dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        existed = os.path.exists(path)
-        module.atomic_move(tmp, path, unsafe_writes=False)
-        if not existed:
-            os.chmod(path, mode)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def read_text(path):

@@ -73,7 +73,8 @@ def default_config(binary: str) -> str:
 
 
 def run_module(args: dict, capsys, check: bool = False, diff: bool = False) -> dict:
-    full = dict(args, _ansible_check_mode=check, _ansible_diff=diff)
+    record = str(Path(args["config_path"]).parent / "kubegpu_containerd.fact")
+    full = dict({"record_path": record}, **args, _ansible_check_mode=check, _ansible_diff=diff)
     with patch_module_args(full), pytest.raises(SystemExit):
         containerd_runtime.main()
     return json.loads(capsys.readouterr().out)
@@ -106,6 +107,8 @@ def args_for(etc: Path, binary: str, **extra) -> dict:
         drop_in_dir=str(etc / "conf.d"),
         containerd_binary=binary,
         ctr_binary=str(Path(binary).parent / "ctr"),
+        # the module's record beside the config, never in the host's /etc/ansible/facts.d
+        record_path=str(etc / "kubegpu_containerd.fact"),
         **extra,
     )
 
@@ -561,7 +564,9 @@ def test_dockerd_accepts_the_merge_and_refuses_a_bad_file(
     path.write_text(original)
 
     def module(args: dict) -> dict:
-        with patch_module_args(dict(args, dockerd_binary=dockerd)), pytest.raises(SystemExit):
+        record = str(tmp_path / "kubegpu_docker.fact")
+        full = dict(args, dockerd_binary=dockerd, record_path=record)
+        with patch_module_args(full), pytest.raises(SystemExit):
             docker_runtime.main()
         return json.loads(capsys.readouterr().out)
 

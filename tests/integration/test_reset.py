@@ -135,7 +135,9 @@ def test_reset_refuses_without_confirmation_and_removes_only_what_kubegpu_made(
     )
     main, _, rest = after.stdout.partition("---\n")
     assert main == MAIN_BEFORE
-    assert rest.split() == ["50-other.toml", "1"]
+    # the backup kubegpu made when it added the imports line, and the one reset made before
+    # taking it out again
+    assert rest.split() == ["50-other.toml", "2"]
 
     # Again: nothing left to remove.
     again = _reset(testbed, ansible_bin, tmp_path, confirmed, *tags)

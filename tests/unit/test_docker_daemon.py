@@ -125,7 +125,9 @@ def test_bad_daemon_json_is_refused_with_the_reason(text: str, message: str) -> 
 
 
 def run_module(args: dict, check: bool = False, diff: bool = False, capsys=None) -> dict:
-    full = dict(args, _ansible_check_mode=check, _ansible_diff=diff)
+    # The module's record goes beside the file, never to the host's /etc/ansible/facts.d.
+    record = str(Path(args["path"]).parent / "kubegpu_docker.fact")
+    full = dict({"record_path": record}, **args, _ansible_check_mode=check, _ansible_diff=diff)
     with patch_module_args(full), pytest.raises(SystemExit):
         docker_runtime.main()
     return json.loads(capsys.readouterr().out)

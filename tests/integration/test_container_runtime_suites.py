@@ -1,0 +1,408 @@
+"""containerd 1.7 (Debian trixie) and 2.1 (Debian sid's package), and docker.io, on testbed nodes
+through the container_runtime role.
+
+Each suite gets a one-node testbed of its own (a node that can run containers), on a bridge,
+subnet, name prefix and state folder derived from the session testbed's settings (the
+KUBEGPU_TESTBED_* variables, or their defaults) plus a per-suite suffix, so it never collides
+with the session testbed; it is taken down when the suite's tests end, also after failures.
+Packages come from Debian through the testbed's apt proxy. Real parts: systemd, apt, containerd,
+runc, dockerd.
+
+containerd 2.1 comes from sid, installed on a trixie node the way an operator takes one newer
+package from another suite: sid as an extra apt source pinned below everything (priority 50) and
+containerd alone pinned to it (990); its dependencies (runc, libc6 >= 2.34) come from trixie.
+A node of sid's own userspace cannot boot here: sid's systemd (262) no longer supports the
+hybrid cgroup v1 layout of this host (cgroup v1 support went in systemd 258), so its PID 1
+exits at once inside systemd-nspawn. Nothing here is a test double (the nvidia runtime binary is not installed; only
+configuration that names it is checked, which is what containerd and dockerd load).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import subprocess
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubegpu.testbed import TestbedConfig, TestbedState, down, up
+from kubegpu.testbed.config import DEFAULT_BRIDGE, DEFAULT_PREFIX, DEFAULT_SUBNET, default_state_dir
+
+pytestmark = [pytest.mark.integration]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NVCT = "/usr/bin/nvidia-container-runtime"
+MODULE_TASK = "Wire the nvidia runtime into containerd through a validated drop-in"
+# name -> (its number in the derived names, the node's suite, the suite containerd comes from,
+# the containerd minor Debian ships there)
+SUITES = {"trixie": (1, "trixie", "trixie", "1.7"), "sid": (2, "trixie", "sid", "2.1")}
+
+RUNTIME_PLAY = """
+- name: Give the node's runtime the nvidia runtime
+  hosts: all
+  gather_facts: true
+  roles:
+    - role: kubegpu.gpu.container_runtime
+      vars:
+        container_runtime_install: "{{ kubegpu_install | default(true) }}"
+        container_runtime_type: "{{ kubegpu_type | default('containerd') }}"
+"""
+
+
+def suite_config(suite: str) -> TestbedConfig:
+    """The suite's testbed: the session's bridge, subnet, prefix and state plus a suffix.
+
+    Bridge kgtb1 -> kgtb11 (suite 1), kgtb12 (suite 2); subnet 10.213.1.0/24 -> 10.213.11.0/24,
+    10.213.12.0/24 (third octet times ten plus the suite's number, which never equals the
+    session's own); prefix rt -> rttrixie, rtsid; state /run/x -> /run/x-trixie.
+    """
+    number, node_suite, _, _ = SUITES[suite]
+    bridge = os.environ.get("KUBEGPU_TESTBED_BRIDGE", DEFAULT_BRIDGE) + str(number)
+    base = ipaddress.ip_network(os.environ.get("KUBEGPU_TESTBED_SUBNET", DEFAULT_SUBNET))
+    octets = str(base.network_address).split(".")
+    third = int(octets[2]) * 10 + number
+    if base.prefixlen != 24 or third > 255 or len(bridge) > 15:
+        pytest.skip(
+            f"cannot derive a {suite} testbed from bridge {bridge[:-1]} and subnet {base}: "
+            "needs a /24 with a third octet of at most 24 and a bridge name of at most 14 "
+            "characters"
+        )
+    subnet = ".".join([*octets[:2], str(third), "0"]) + "/24"
+    prefix = os.environ.get("KUBEGPU_TESTBED_PREFIX", DEFAULT_PREFIX) + suite
+    state = Path(str(default_state_dir()) + "-" + suite)
+    return TestbedConfig(
+        nodes=1,
+        name_prefix=prefix,
+        subnet=subnet,
+        bridge=bridge,
+        suite=node_suite,
+        state_dir=state,
+        containers=(f"{prefix}1",),
+    )
+
+
+def test_suite_testbeds_are_derived_from_the_session_and_never_collide_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KUBEGPU_TESTBED_BRIDGE", "kgtb1")
+    monkeypatch.setenv("KUBEGPU_TESTBED_SUBNET", "10.213.1.0/24")
+    monkeypatch.setenv("KUBEGPU_TESTBED_PREFIX", "rt")
+    monkeypatch.setenv("KUBEGPU_TESTBED_STATE", "/run/kubegpu-testbed-rt")
+    got = [
+        (c.bridge, c.subnet, c.name_prefix, str(c.state_dir))
+        for c in map(suite_config, ("trixie", "sid"))
+    ]
+    assert got == [
+        ("kgtb11", "10.213.11.0/24", "rttrixie", "/run/kubegpu-testbed-rt-trixie"),
+        ("kgtb12", "10.213.12.0/24", "rtsid", "/run/kubegpu-testbed-rt-sid"),
+    ]
+    for name in ("KUBEGPU_TESTBED_BRIDGE", "KUBEGPU_TESTBED_SUBNET", "KUBEGPU_TESTBED_STATE"):
+        monkeypatch.delenv(name)
+    defaults = suite_config("sid")
+    assert (defaults.bridge, defaults.subnet) == ("kgtb02", "10.213.2.0/24")
+    assert defaults.bridge != DEFAULT_BRIDGE and defaults.subnet != DEFAULT_SUBNET
+
+
+class Node:
+    """The suite testbed's node, with ssh and ansible-playbook runs against it."""
+
+    def __init__(self, suite: str, testbed: TestbedState, ansible_bin: Path, folder: Path):
+        self.suite = suite
+        self.testbed = testbed
+        self.name = testbed.node_names[0]
+        self.ansible_bin = ansible_bin
+        self.folder = folder
+
+    def ssh(self, command: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.testbed.ssh_argv(self.name, command),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def ok(self, command: str, timeout: int = 600) -> str:
+        proc = self.ssh(command, timeout)
+        assert proc.returncode == 0, f"{command}: {proc.stdout}{proc.stderr}"
+        return proc.stdout
+
+    def play(self, *extra: str, text: str = RUNTIME_PLAY, **extra_vars: str) -> dict[str, Any]:
+        path = self.folder / "play.yml"
+        path.write_text(text)
+        env = dict(
+            os.environ,
+            ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"),
+            ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+            ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        )
+        argv = [str(self.ansible_bin / "ansible-playbook"), "-i", str(self.testbed.inventory)]
+        for key, value in extra_vars.items():
+            argv += ["-e", f"{key}={value}"]
+        proc = subprocess.run(
+            [*argv, *extra, str(path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+            check=False,
+        )
+        data = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+        failed = [
+            f"{t['task']['name']}: {str(r.get('msg'))[:1500]}"
+            for play in data.get("plays", [])
+            for t in play["tasks"]
+            for r in t["hosts"].values()
+            if r.get("failed") or r.get("unreachable")
+        ]
+        assert proc.returncode == 0, "\n".join(failed) or (proc.stdout + proc.stderr)[-3000:]
+        return data
+
+    def task(self, data: dict[str, Any], name: str) -> dict[str, Any]:
+        found = [
+            t["hosts"][self.name]
+            for play in data["plays"]
+            for t in play["tasks"]
+            if t["task"]["name"].endswith(name) and self.name in t["hosts"]
+        ]
+        assert found, f"task {name!r} did not run"
+        return found[-1]
+
+    def changed(self, data: dict[str, Any]) -> int:
+        return int(data["stats"][self.name]["changed"])
+
+    def pid(self, unit: str = "containerd") -> str:
+        state, pid = self.ok(
+            f"systemctl is-active {unit}; systemctl show -p MainPID --value {unit}"
+        ).split()
+        assert state == "active"
+        return pid
+
+    def dump(self, config: str | None = None) -> dict[str, Any]:
+        flag = f"--config {config} " if config else ""
+        return tomllib.loads(self.ok(f"containerd {flag}config dump"))
+
+
+@pytest.fixture(scope="module", params=list(SUITES))
+def suite_node(
+    request: pytest.FixtureRequest, ansible_bin: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Node]:
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root (mounts, a bridge, systemd-nspawn)")
+    suite = request.param
+    config = suite_config(suite)
+    request.addfinalizer(lambda: down(config.state_dir))
+    testbed = up(config)
+    yield Node(suite, testbed, ansible_bin, tmp_path_factory.mktemp(f"suite-{suite}"))
+
+
+# The node's own mirror URL (the testbed's, through the proxy) is reused for sid.
+PIN_SID_CONTAINERD = """set -e
+uri=$(sed -n 's/^URIs: //p' /etc/apt/sources.list.d/debian.sources | head -1)
+printf 'Types: deb\\nURIs: %s\\nSuites: sid\\nComponents: main\\nSigned-By: %s\\n' \\
+  "$uri" /usr/share/keyrings/debian-archive-keyring.gpg > /etc/apt/sources.list.d/sid.sources
+printf 'Package: *\\nPin: release n=sid\\nPin-Priority: 50\\n\\n%s\\n' \\
+  'Package: containerd
+Pin: release n=sid
+Pin-Priority: 990' > /etc/apt/preferences.d/containerd-from-sid
+"""
+
+
+@pytest.fixture(scope="module")
+def wired(suite_node: Node) -> dict[str, Any]:
+    """containerd installed from the suite by the role, and wired; the module's result."""
+    node = suite_node
+    assert node.ssh("command -v containerd").returncode == 1  # a fresh node
+    if SUITES[node.suite][2] != SUITES[node.suite][1]:
+        node.ok(PIN_SID_CONTAINERD)
+    data = node.play()
+    result = node.task(data, MODULE_TASK)
+    assert result["changed"] and result["validation"]["daemon"] == "ok", result
+    return result
+
+
+def cri_plugin(node: Node, effective: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    return effective["plugins"][result["schema"]["effective_plugin"]]
+
+
+def test_role_installs_the_suites_containerd(suite_node: Node, wired: dict[str, Any]) -> None:
+    node = suite_node
+    package = node.ok("dpkg-query -W -f='${Version}' containerd")
+    upstream = re.match(r"^(?:\d+:)?(\d+\.\d+\.\d+)", package)
+    assert upstream and wired["containerd_version"] == upstream.group(1)
+    assert wired["containerd_version"].startswith(SUITES[node.suite][3] + "."), package
+    origin = node.ok("apt-cache policy containerd | sed -n '/\\*\\*\\*/,+1p'")
+    source = SUITES[node.suite][2]
+    assert f" {source}/main " in origin or f" {source}-" in origin, origin
+    if source != SUITES[node.suite][1]:  # its dependency runc stays the node's own suite's
+        runc = node.ok("apt-cache policy runc | sed -n '/\\*\\*\\*/,+1p'")
+        own = SUITES[node.suite][1]
+        assert f" {own}/main " in runc or f" {own}-" in runc, runc
+    major = int(wired["containerd_version"].split(".")[0])
+    schema = wired["schema"]
+    assert schema["merge"] == ("replace" if major == 1 else "deep")
+    assert schema["effective_plugin"] == (
+        "io.containerd.grpc.v1.cri" if major == 1 else "io.containerd.cri.v1.runtime"
+    )
+    # The drop-in has the main config's version (a main config the module created has the
+    # version of this containerd).
+    main = node.ok("cat /etc/containerd/config.toml")
+    version = tomllib.loads(main).get("version")
+    assert wired["config_version"] == version == schema["config_version"]
+    drop_in = tomllib.loads(node.ok("cat /etc/containerd/conf.d/99-nvidia.toml"))
+    assert drop_in["version"] == version and list(drop_in["plugins"]) == [schema["plugin"]]
+
+
+def test_containerd_runs_with_the_nvidia_runtime(suite_node: Node, wired: dict[str, Any]) -> None:
+    node = suite_node
+    node.pid()
+    cri = cri_plugin(node, node.dump(), wired)
+    runtimes = cri["containerd"]["runtimes"]
+    nvidia = runtimes["nvidia"]
+    assert nvidia["runtime_type"] == "io.containerd.runc.v2"
+    assert nvidia["options"]["BinaryName"] == NVCT
+    assert nvidia["options"]["SystemdCgroup"] == runtimes["runc"]["options"].get(
+        "SystemdCgroup", False
+    )
+    rows = [ln.split() for ln in node.ok("ctr plugins ls").splitlines()[1:]]
+    status = {(r[0], r[1]): r[-1] for r in rows if len(r) >= 4}
+    assert status[("io.containerd.grpc.v1", "cri")] == "ok"
+    if wired["containerd_version"].startswith("2."):
+        assert status[("io.containerd.cri.v1", "runtime")] == "ok"
+        assert status[("io.containerd.cri.v1", "images")] == "ok"
+
+
+def test_every_other_cri_setting_is_what_the_node_had_before(
+    suite_node: Node, wired: dict[str, Any]
+) -> None:
+    """Compared with the node's own configuration before the run (the module's backup of the
+    main config, or containerd's defaults when there was none), not with hard-coded values."""
+    node = suite_node
+    backups = node.ok("ls /etc/containerd/ | grep '^config.toml\\..*~$' || true").split()
+    before_file = "/etc/containerd/" + sorted(backups)[0] if backups else "/dev/null"
+    node.ok(f"cp {before_file} /tmp/kubegpu-before.toml")
+    before = cri_plugin(node, node.dump("/tmp/kubegpu-before.toml"), wired)
+    after = cri_plugin(node, node.dump(), wired)
+    del after["containerd"]["runtimes"]["nvidia"]
+    assert after == before
+
+
+def test_second_run_changes_nothing_and_does_not_restart(
+    suite_node: Node, wired: dict[str, Any]
+) -> None:
+    pid = suite_node.pid()
+    data = suite_node.play()
+    assert suite_node.changed(data) == 0
+    assert suite_node.pid() == pid
+
+
+def test_rewritten_main_config_gets_only_its_imports_line_back(
+    suite_node: Node, wired: dict[str, Any]
+) -> None:
+    node = suite_node
+    node.ok("containerd config default > /etc/containerd/config.toml")
+    fresh = node.ok("cat /etc/containerd/config.toml")
+    pid = node.pid()
+    data = node.play()
+    result = node.task(data, MODULE_TASK)
+    assert result["changed"] and result["config_changed"], result
+    now = node.ok("cat /etc/containerd/config.toml")
+    differing = [
+        (a, b) for a, b in zip(fresh.splitlines(), now.splitlines(), strict=True) if a != b
+    ]
+    assert differing == [("imports = []", "imports = ['/etc/containerd/conf.d/*.toml']")] or (
+        differing == [("imports = []", 'imports = ["/etc/containerd/conf.d/*.toml"]')]
+    ), differing
+    assert node.pid() != pid  # restarted by the handler, on the restored config
+    assert "nvidia" in cri_plugin(node, node.dump(), result)["containerd"]["runtimes"]
+    again = node.play()
+    assert node.changed(again) == 0
+    record = json.loads(node.ok("cat /etc/ansible/facts.d/kubegpu_containerd.fact"))
+    assert (record["import_added"], record["imports_line_added"]) == (True, False)
+
+
+UNDO_PLAY = """
+- name: Undo what kubegpu did to the runtime's config, as playbooks/reset.yml does
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Undo it
+      kubegpu.gpu.%s:
+        state: absent
+"""
+
+
+def test_undo_takes_out_exactly_our_imports_entry(suite_node: Node, wired: dict[str, Any]) -> None:
+    """After the re-render, the operator changes something else; undoing kubegpu's wiring gives
+    back the installer's file with the operator's change, byte for byte (no old backup over it)."""
+    node = suite_node
+    node.ok("sed -i 's/^oom_score = 0$/oom_score = -100/' /etc/containerd/config.toml")
+    expected = node.ok("containerd config default | sed 's/^oom_score = 0$/oom_score = -100/'")
+    assert "oom_score = -100" in expected
+    data = node.play(text=UNDO_PLAY % "containerd_runtime")
+    result = node.task(data, "Undo it")
+    assert result["changed"] and result["removal"]["main_config"] == "edit", result
+    assert node.ok("cat /etc/containerd/config.toml") == expected
+    assert node.ssh("test -e /etc/containerd/conf.d/99-nvidia.toml").returncode == 1
+    assert node.ssh("test -e /etc/ansible/facts.d/kubegpu_containerd.fact").returncode == 1
+    assert "nvidia" not in cri_plugin(node, node.dump(), wired)["containerd"]["runtimes"]
+    again = node.play(text=UNDO_PLAY % "containerd_runtime")
+    assert node.changed(again) == 0
+    # Wired again for what follows.
+    node.play()
+
+
+# --- docker ------------------------------------------------------------------------------------------
+
+# What dockerd needs inside a testbed node (no iptables modules, no overlay on the node's
+# overlay root), plus settings of the operator's own that the merge must keep.
+DAEMON_JSON = {
+    "iptables": False,
+    "ip6tables": False,
+    "bridge": "none",
+    "storage-driver": "vfs",
+    "log-level": "warn",
+    "labels": ["team=infra"],
+}
+
+
+@pytest.mark.parametrize("suite_node", ["trixie"], indirect=True)
+def test_docker_gets_the_nvidia_runtime_and_keeps_its_settings(
+    suite_node: Node, wired: dict[str, Any]
+) -> None:
+    node = suite_node
+    node.ok(
+        "mkdir -p /etc/docker && cat > /etc/docker/daemon.json <<'EOF'\n"
+        + json.dumps(DAEMON_JSON, indent=2)
+        + "\nEOF\n"
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends"
+        " docker.io docker-cli >/dev/null",
+        timeout=900,
+    )
+    node.pid("docker")
+    data = node.play(kubegpu_type="docker", kubegpu_install="false")
+    result = node.task(data, "Merge the nvidia runtime into Docker's daemon.json")
+    # Docker 26 (trixie) checks the merged file with dockerd --validate before it goes in place.
+    assert result["changed"] and result["validation"] == "ok", result
+    merged = json.loads(node.ok("cat /etc/docker/daemon.json"))
+    assert {k: v for k, v in merged.items() if k != "runtimes"} == DAEMON_JSON
+    assert merged["runtimes"] == {"nvidia": {"path": NVCT}}
+    pid = node.pid("docker")
+    listed = json.loads(node.ok("docker info --format '{{json .Runtimes}}'"))
+    assert listed["nvidia"]["path"] == NVCT and "runc" in listed
+    again = node.play(kubegpu_type="docker", kubegpu_install="false")
+    assert node.changed(again) == 0
+    assert node.pid("docker") == pid
+    # The operator adds a setting; undoing kubegpu's merge keeps it and every earlier one.
+    node.ok('sed -i \'s/"log-level": "warn"/"log-level": "info"/\' /etc/docker/daemon.json')
+    undo = node.play(text=UNDO_PLAY % "docker_runtime")
+    assert node.task(undo, "Undo it")["undone"] == ["removed runtimes.nvidia"]
+    assert json.loads(node.ok("cat /etc/docker/daemon.json")) == dict(
+        DAEMON_JSON, **{"log-level": "info"}
+    )
