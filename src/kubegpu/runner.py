@@ -85,6 +85,33 @@ def _one_inventory(inventory: str | Path | Mapping[str, Any], workdir: Path) -> 
     return str(path.resolve())
 
 
+STRATEGY_VARIABLE = "KUBEGPU_STRATEGY"
+STRATEGIES = ("linear", "mitogen")
+
+
+def strategy_environment(strategy: str | None = None) -> dict[str, str]:
+    """The Ansible settings for an execution strategy: `linear` (Ansible's own, the default) or
+    `mitogen` (the optional extra `kubegpu[fast]`). Without an argument, $KUBEGPU_STRATEGY picks
+    it. Raises InputError for an unknown name, or for mitogen when it is not installed."""
+    name = (os.environ.get(STRATEGY_VARIABLE, "") if strategy is None else strategy).strip()
+    if name in ("", "linear"):
+        return {}
+    if name != "mitogen":
+        raise InputError(
+            STRATEGY_VARIABLE, f"{name!r} is not a known strategy", " or ".join(STRATEGIES)
+        )
+    try:
+        import ansible_mitogen  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise InputError(
+            STRATEGY_VARIABLE,
+            "is 'mitogen' but the mitogen package is not installed",
+            "pip install 'kubegpu[fast]', or unset it for Ansible's own strategy",
+        ) from exc
+    plugins = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
+
+
 def _environment(content: Content) -> dict[str, str]:
     bindir = str(Path(sys.executable).parent)
     env = {
@@ -98,6 +125,7 @@ def _environment(content: Content) -> dict[str, str]:
     }
     if os.environ.get("ANSIBLE_HOST_KEY_CHECKING"):
         env["ANSIBLE_HOST_KEY_CHECKING"] = os.environ["ANSIBLE_HOST_KEY_CHECKING"]
+    env.update(strategy_environment())
     return env
 
 
@@ -171,6 +199,7 @@ def run_playbook(
     variables = _check_extra_vars(extra_vars)
     if forks is not None and forks < 1:
         raise InputError("forks", f"{forks} is not a positive number", "1 or more")
+    envvars = _environment(content)
 
     workdir = Path(tempfile.mkdtemp(prefix="kubegpu-run-"))
     os.chmod(workdir, 0o700)
@@ -199,7 +228,7 @@ def run_playbook(
             skip_tags=",".join(skip_list) or None,
             extravars=variables or None,
             cmdline=cmdline or None,
-            envvars=_environment(content),
+            envvars=envvars,
             suppress_env_files=True,
             event_handler=handle,
             cancel_callback=cancelled,
