@@ -16,6 +16,7 @@ import pytest
 from kubegpu.testbed import TestbedConfig, TestbedState, down, load_state, up
 from kubegpu.testbed._proc import mounts, read_cmdline
 from kubegpu.testbed.nodes import cgroup_name
+from tests.integration.conftest import testbed_config
 
 pytestmark = pytest.mark.integration
 
@@ -149,6 +150,13 @@ def test_playbook_installs_starts_a_unit_and_reboots(
     assert current is not None and current.running
 
 
+TOOLKIT_PACKAGES = (
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+)
+
 PLAY_VENDOR = """
 - name: Install the container toolkit from the testbed's vendor repository
   hosts: "{{ kubegpu_nodes }}"
@@ -188,6 +196,20 @@ def toolkit_installed(
     """Install the pinned test doubles: 1.17.8-1 on the first node, 1.18.0-1 on the others."""
     play = tmp_path_factory.mktemp("vendor") / "vendor.yml"
     play.write_text(PLAY_VENDOR)
+    # The nodes are shared by the session: an earlier test may have installed (and held) the
+    # toolkit through the role, with a source for the same repository under another keyring,
+    # which apt refuses next to this one. Start from nodes without either.
+    clean = (
+        f"grep -l -r -F '{testbed.vendor_repo_url}' /etc/apt/sources.list.d | xargs -r rm -f; "
+        "grep -l -r -F libnvidia-container /etc/apt/preferences.d | xargs -r rm -f; "
+        # dpkg itself, as apt refuses names it does not know (a node that never had them):
+        # the selection 'purge' lifts a hold, then the packages go.
+        f"printf '%s purge\\n' {' '.join(TOOLKIT_PACKAGES)} | dpkg --set-selections 2>/dev/null; "
+        f"dpkg --purge {' '.join(TOOLKIT_PACKAGES)} >/dev/null 2>&1"
+    )
+    for node in testbed.node_names:
+        proc = _ssh(testbed, node, clean)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
     first, rest = testbed.node_names[0], list(testbed.node_names[1:])
     versions = {first: "1.17.8-1", **dict.fromkeys(rest, "1.18.0-1")}
     for version in ("1.17.8-1", "1.18.0-1"):
@@ -343,11 +365,15 @@ def _leftovers(state_dir: Path, bridge: str, names: tuple[str, ...], netns: set[
     return found
 
 
-def _own_testbed(name: str, subnet: str) -> TestbedConfig:
+def _own_testbed(name: str, offset: int) -> TestbedConfig:
+    """A small testbed beside the session's, on a subnet derived from the session's (third
+    octet + 100 + offset), so that it never takes the session's or a parallel session's."""
+    session = testbed_config().subnet.split(".")
+    third = (int(session[2]) + 100 + offset) % 256
     return TestbedConfig(
         nodes=2,
         name_prefix=name,
-        subnet=subnet,
+        subnet=f"{session[0]}.{session[1]}.{third}.0/24",
         bridge=f"kgtb{name}0",
         state_dir=Path(f"/run/kubegpu-testbed-{name}"),
     )
@@ -355,7 +381,7 @@ def _own_testbed(name: str, subnet: str) -> TestbedConfig:
 
 def test_down_leaves_no_process_mount_link_or_namespace(testbed: TestbedState) -> None:
     # Its own small testbed beside the session's, so the session's nodes stay up.
-    config = _own_testbed("dn", "10.213.2.0/24")
+    config = _own_testbed("dn", 1)
     started = time.monotonic()
     state = up(config)
     up_seconds = time.monotonic() - started
@@ -375,7 +401,7 @@ def test_down_leaves_no_process_mount_link_or_namespace(testbed: TestbedState) -
 
 def test_down_cleans_up_after_a_crash(testbed: TestbedState) -> None:
     """Nodes killed with SIGKILL and the state file lost: down still finds and removes it all."""
-    config = _own_testbed("cr", "10.213.3.0/24")
+    config = _own_testbed("cr", 2)
     state = up(config)
     netns = _node_netns(state)
     for node in state.nodes:
@@ -400,7 +426,7 @@ def test_a_failure_half_way_leaves_nothing_half_built(
         raise TestbedError("the vendor repository server failed (injected by the test)")
 
     monkeypatch.setattr(services, "start_repo_server", broken)
-    config = _own_testbed("hf", "10.213.5.0/24")
+    config = _own_testbed("hf", 3)
     with pytest.raises(TestbedError, match="injected by the test"):
         up(config)
     assert _leftovers(config.state_dir, config.bridge, config.node_names, set()) == []
