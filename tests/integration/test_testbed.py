@@ -16,7 +16,7 @@ import pytest
 from kubegpu.testbed import TestbedConfig, TestbedState, down, load_state, up
 from kubegpu.testbed._proc import mounts, read_cmdline
 from kubegpu.testbed.nodes import cgroup_name
-from tests.integration.conftest import testbed_config
+from tests.integration.conftest import testbed_config as session_testbed_config
 
 pytestmark = pytest.mark.integration
 
@@ -368,7 +368,7 @@ def _leftovers(state_dir: Path, bridge: str, names: tuple[str, ...], netns: set[
 def _own_testbed(name: str, offset: int) -> TestbedConfig:
     """A small testbed beside the session's, on a subnet derived from the session's (third
     octet + 100 + offset), so that it never takes the session's or a parallel session's."""
-    session = testbed_config().subnet.split(".")
+    session = session_testbed_config().subnet.split(".")
     third = (int(session[2]) + 100 + offset) % 256
     return TestbedConfig(
         nodes=2,
