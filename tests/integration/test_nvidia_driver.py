@@ -205,7 +205,9 @@ def test_bad_input_fails_before_any_change(
     variables: dict[str, Any],
     fragments: list[str],
 ) -> None:
-    rc, report, _ = play(testbed, tmp_path, "nvidia_driver", {**DRIVER_VARS, **variables})
+    rc, report, _ = play(
+        testbed, tmp_path, "nvidia_driver", {**DRIVER_VARS, **variables}, limit=",".join(nodes)
+    )
     assert rc != 0
     messages = failures(report)
     assert set(messages) == set(nodes)
