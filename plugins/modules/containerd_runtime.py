@@ -275,7 +275,9 @@ def remove(module, result):
         module.fail_json(msg="Nothing was changed: %s" % exc, **result)
     removal.update(main_config=action, why=why)
     changed = removal["drop_in"] == "removed" or action != "keep"
-    result.update(changed=changed, restart_required=changed, removal=removal)
+    drops_record = record is not None and bool(p["record_path"])
+    # Dropping the record alone changes the host too (check mode must say so), not containerd.
+    result.update(changed=changed or drops_record, restart_required=changed, removal=removal)
     result["config_changed"] = action != "keep"
     result["drop_in_changed"] = removal["drop_in"] == "removed"
     if module._diff and changed:
@@ -307,9 +309,8 @@ def remove(module, result):
             os.unlink(p["config_path"])
         elif action == "edit":
             write_atomic(module, p["config_path"], new_text, 0o644)
-        if record is not None and p["record_path"]:
+        if drops_record:
             os.unlink(p["record_path"])
-            result["changed"] = True
     except (IOError, OSError) as exc:
         module.fail_json(msg="undoing the containerd configuration failed: %s" % exc, **result)
     module.exit_json(**result)

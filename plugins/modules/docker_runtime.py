@@ -147,7 +147,8 @@ def remove(module, result, old_text):
     except DockerDaemonError as exc:
         module.fail_json(msg=str(exc), **result)
     changed = action != "keep"
-    result.update(changed=changed, restart_required=changed, undone=undone)
+    # Dropping the record alone changes the host too (check mode must say so), not dockerd.
+    result.update(changed=changed or record is not None, restart_required=changed, undone=undone)
     if not record:
         result["undone"] = []
         module.warn(
@@ -168,7 +169,6 @@ def remove(module, result, old_text):
             write_atomic(module, path, new_text)
         if record is not None:
             os.unlink(p["record_path"])
-            result["changed"] = True
     except (IOError, OSError) as exc:
         module.fail_json(msg="undoing %s failed: %s" % (path, exc), **result)
     module.exit_json(**result)
