@@ -34,6 +34,8 @@ What a row says:
 - node CPU: the growth of usage_usec in cpu.stat of the nodes' own cgroups (cgroup v2) during the
   command, summed over the N nodes.
 - ms/ht: CPU per host-task. total = ctl + node.
+- CPU s/host: ctl + node CPU divided by the number of nodes, the whole run's cost per node;
+  unlike ms/ht it also falls when a change needs fewer tasks for the same work.
 - RSS: peak of the summed PSS of the tree (sampled every 0.25 s from /proc/PID/smaps_rollup),
   and in brackets ru_maxrss, the largest single process of the tree.
 - plain/x: wall of `plain` divided by the wall of this row, same N.
@@ -78,6 +80,7 @@ PLAYBOOK = Path("playbooks/nodes.yml")
 CONTROLLER_ACTIONS = {
     "add_host",
     "assert",
+    "checks",  # kubegpu.gpu.checks, an action plugin that never connects
     "debug",
     "fail",
     "group_by",
@@ -476,7 +479,7 @@ def fmt_table(rows: list[Run]) -> str:
         f"{'N':>3} {'run':<{width}} {'wall s':>7} {'host-tasks':>10} {'(remote)':>8} {'execs':>5} "
         f"{'skipped':>7} "
         f"{'ctl CPU s':>9} {'ms/ht':>6} {'node CPU s':>10} {'ms/ht':>6} {'total ms/ht':>11} "
-        f"{'peak PSS MB (max proc)':>22} {'plain/x':>7}"
+        f"{'CPU s/host':>10} {'peak PSS MB (max proc)':>22} {'plain/x':>7}"
     )
     lines = [head, "-" * len(head)]
     plain = {r.nodes: r.wall for r in rows if r.config == "plain" and r.label == "no-change plain"}
@@ -487,6 +490,7 @@ def fmt_table(rows: list[Run]) -> str:
             f"{r.nodes:>3} {r.label:<{width}} {r.wall:7.1f} {r.host_tasks:>10} {r.remote:>8} "
             f"{r.execs:>5} {r.skipped:>7} {r.ctl_cpu:9.1f} {r.ctl_cpu / per * 1000:6.0f} {r.node_cpu:10.1f} "
             f"{r.node_cpu / per * 1000:6.0f} {(r.ctl_cpu + r.node_cpu) / per * 1000:11.0f} "
+            f"{(r.ctl_cpu + r.node_cpu) / max(r.nodes, 1):10.1f} "
             f"{r.peak_pss_mb:>12.0f} ({r.maxrss_mb:5.0f})     {ratio:>7}"
         )
     return "\n".join(lines)
