@@ -204,6 +204,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+python_yaml:
+  description: Whether PyYAML can be imported by the Python that runs the module on the target,
+    which the module needs to edit the files (the role installs it only when this is false).
+  returned: with O(validate_only=true)
+  type: bool
 flavor:
   description: The kubelet layout used (V(kubeadm), V(k3s) or V(rke2)).
   returned: always
@@ -416,6 +421,9 @@ def main():
         )
     result["self_labels"] = split_node_labels(p["node_labels"])[0]
     if p["validate_only"]:
+        import importlib.util
+
+        result["python_yaml"] = importlib.util.find_spec("yaml") is not None
         module.exit_json(**result)
 
     try:

@@ -311,3 +311,21 @@ def test_documentation_matches_argument_spec() -> None:
         assert doc.get("elements") == spec.get("elements"), name
     for section in ("EXAMPLES", "RETURN"):
         assert yaml.safe_load(getattr(kubelet_config, section))
+
+
+def test_validate_only_says_whether_the_target_python_has_pyyaml(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    # The role installs PyYAML only when this says no. With the test's own Python (which has
+    # PyYAML) it says yes; with the same Python without site-packages (python -S, through a
+    # wrapper given as the interpreter) PyYAML cannot be found and it says no.
+    args = {"flavor": "kubeadm", "kubelet_version": "1.31", "validate_only": True}
+    with_yaml = run_module(repo_root, args, "-e", f"ansible_python_interpreter={sys.executable}")
+    assert with_yaml.get("failed") is not True, with_yaml
+    assert with_yaml["python_yaml"] is True
+    wrapper = tmp_path / "python-no-site"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    wrapper.chmod(0o755)
+    without = run_module(repo_root, args, "-e", f"ansible_python_interpreter={wrapper}")
+    assert without.get("failed") is not True, without
+    assert without["python_yaml"] is False
