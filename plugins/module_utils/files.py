@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 import json
 import os
+import shutil
 import tempfile
 
 __metaclass__ = type
@@ -48,3 +49,79 @@ def read_record(module, path):
 
 def write_record(module, path, record):
     write_atomic(module, path, json.dumps(record, indent=2, sort_keys=True) + "\n", 0o644)
+
+
+# --- file_set ------------------------------------------------------------------------------------
+
+
+def _file_args(module, entry):
+    params = dict(
+        path=entry["path"],
+        owner=entry.get("owner"),
+        group=entry.get("group"),
+        mode=entry.get("mode"),
+        seuser=None,
+        serole=None,
+        setype=None,
+        selevel=None,
+        unsafe_writes=False,
+        attributes=None,
+    )
+    return module.load_file_common_arguments(params)
+
+
+def _read_bytes(path):
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def apply_file_entry(module, entry, backups):
+    """Put one file_set entry in place (module.check_mode: only tell); return (changed,
+    before, after), before/after being the diff texts or None. Backups go into `backups`."""
+    path = entry["path"]
+    state = entry["state"]
+    if not os.path.isabs(path):
+        module.fail_json(msg="file_set: path %r is not absolute" % path)
+    changed = False
+    before = after = None
+    if state == "absent":
+        if os.path.lexists(path):
+            changed = True
+            before = "(%s)" % ("directory" if os.path.isdir(path) else "file")
+            after = "(absent)"
+            if not module.check_mode:
+                if entry["backup"] and os.path.isfile(path):
+                    backups[path] = module.backup_local(path)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+        return changed, before, after
+    if state == "directory":
+        if os.path.lexists(path) and not os.path.isdir(path):
+            module.fail_json(msg="file_set: %s exists and is not a directory" % path)
+        if not os.path.isdir(path):
+            changed = True
+            before, after = "(absent)", "(directory)"
+            if not module.check_mode:
+                os.makedirs(path)
+    else:
+        if entry["content"] is None:
+            module.fail_json(msg="file_set: %s has state=file but no content" % path)
+        if os.path.lexists(path) and not os.path.isfile(path):
+            module.fail_json(msg="file_set: %s exists and is not a regular file" % path)
+        data = entry["content"].encode("utf-8")
+        existing = _read_bytes(path) if os.path.exists(path) else None
+        if existing != data:
+            changed = True
+            before = "" if existing is None else existing.decode("utf-8", "replace")
+            after = entry["content"]
+            if not module.check_mode:
+                if entry["backup"] and existing is not None:
+                    backups[path] = module.backup_local(path)
+                write_atomic(module, path, entry["content"], 0o644)
+    if module.check_mode and changed:
+        # Not there yet: its attributes cannot be compared, the real run sets them.
+        return changed, before, after
+    attrs_changed = module.set_fs_attributes_if_different(_file_args(module, entry), False)
+    return changed or attrs_changed, before, after

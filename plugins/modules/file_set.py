@@ -95,11 +95,8 @@ backup_files:
   type: dict
 """
 
-import os
-import shutil
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubegpu.gpu.plugins.module_utils.files import write_atomic
+from ansible_collections.kubegpu.gpu.plugins.module_utils.files import apply_file_entry
 
 FILE_SPEC = dict(
     path=dict(type="path", required=True),
@@ -112,77 +109,6 @@ FILE_SPEC = dict(
 )
 
 
-def _file_args(module, entry):
-    params = dict(
-        path=entry["path"],
-        owner=entry.get("owner"),
-        group=entry.get("group"),
-        mode=entry.get("mode"),
-        seuser=None,
-        serole=None,
-        setype=None,
-        selevel=None,
-        unsafe_writes=False,
-        attributes=None,
-    )
-    return module.load_file_common_arguments(params)
-
-
-def _read(path):
-    with open(path, "rb") as handle:
-        return handle.read()
-
-
-def _one(module, entry, result):
-    path = entry["path"]
-    state = entry["state"]
-    if not os.path.isabs(path):
-        module.fail_json(msg="file_set: path %r is not absolute" % path)
-    changed = False
-    before = after = None
-    if state == "absent":
-        if os.path.lexists(path):
-            changed = True
-            before = "(%s)" % ("directory" if os.path.isdir(path) else "file")
-            after = "(absent)"
-            if not module.check_mode:
-                if entry["backup"] and os.path.isfile(path):
-                    result["backup_files"][path] = module.backup_local(path)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path)
-                else:
-                    os.unlink(path)
-        return changed, before, after
-    if state == "directory":
-        if os.path.lexists(path) and not os.path.isdir(path):
-            module.fail_json(msg="file_set: %s exists and is not a directory" % path)
-        if not os.path.isdir(path):
-            changed = True
-            before, after = "(absent)", "(directory)"
-            if not module.check_mode:
-                os.makedirs(path)
-    else:
-        if entry["content"] is None:
-            module.fail_json(msg="file_set: %s has state=file but no content" % path)
-        if os.path.lexists(path) and not os.path.isfile(path):
-            module.fail_json(msg="file_set: %s exists and is not a regular file" % path)
-        data = entry["content"].encode("utf-8")
-        existing = _read(path) if os.path.exists(path) else None
-        if existing != data:
-            changed = True
-            before = "" if existing is None else existing.decode("utf-8", "replace")
-            after = entry["content"]
-            if not module.check_mode:
-                if entry["backup"] and existing is not None:
-                    result["backup_files"][path] = module.backup_local(path)
-                write_atomic(module, path, entry["content"], 0o644)
-    if module.check_mode and changed:
-        # Not there yet: its attributes cannot be compared, the real run sets them.
-        return changed, before, after
-    attrs_changed = module.set_fs_attributes_if_different(_file_args(module, entry), False)
-    return changed or attrs_changed, before, after
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -193,7 +119,7 @@ def main():
     result = dict(changed=False, changed_paths=[], backup_files={})
     diffs = []
     for entry in module.params["files"]:
-        changed, before, after = _one(module, entry, result)
+        changed, before, after = apply_file_entry(module, entry, result["backup_files"])
         if changed:
             result["changed"] = True
             result["changed_paths"].append(entry["path"])
