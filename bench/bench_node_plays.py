@@ -512,16 +512,22 @@ def profile(run: Run, top: int) -> str:
 
 
 @contextlib.contextmanager
-def testbed(args: argparse.Namespace, size: int) -> Iterator[TestbedState]:
-    config = TestbedConfig(
-        nodes=size,
-        name_prefix=args.prefix,
-        subnet=args.subnet,
-        bridge=args.bridge,
-        state_dir=args.state_dir,
-        # The node plays wire containerd, which the testbed installs only where it can run.
-        containers=tuple(f"{args.prefix}{i}" for i in range(1, size + 1)),
-    )
+def testbed(
+    args: argparse.Namespace, size: int, config: TestbedConfig | None = None
+) -> Iterator[TestbedState]:
+    """The testbed of args (prefix, bridge, subnet, state dir, --reuse, --keep-up), up for the
+    block and taken down after it. config: another bench's own (default: size nodes, all in
+    containers mode)."""
+    if config is None:
+        config = TestbedConfig(
+            nodes=size,
+            name_prefix=args.prefix,
+            subnet=args.subnet,
+            bridge=args.bridge,
+            state_dir=args.state_dir,
+            # The node plays wire containerd, which the testbed installs only where it can run.
+            containers=tuple(f"{args.prefix}{i}" for i in range(1, size + 1)),
+        )
     state = load_state(args.state_dir) if args.reuse else None
     if state is not None and state.running and len(state.nodes) >= size:
         say(f"reusing the testbed in {args.state_dir} ({len(state.nodes)} nodes)")
