@@ -94,3 +94,21 @@ def test_cgroup_mounts_are_found_for_this_process() -> None:
     found = [k for k in keys if k in mounts]
     assert found, f"none of {keys} among {sorted(mounts)}"
     assert all((mounts[k] / "cgroup.procs").exists() for k in found)
+
+
+def test_inotify_limit_is_raised_for_many_nodes_and_never_lowered(tmp_path: Path) -> None:
+    from kubegpu.testbed.api import raise_inotify_limit
+
+    limit = tmp_path / "max_user_instances"
+    limit.write_text("128\n")
+    # 16 nodes on Linux's default of 128: udevd ran out of instances in the 16-node bench.
+    assert raise_inotify_limit(16, limit) == (128, 768)
+    assert limit.read_text() == "768\n"
+    # High enough already (or higher than wanted): left alone.
+    assert raise_inotify_limit(2, limit) is None
+    assert limit.read_text() == "768\n"
+    limit.write_text("100000\n")
+    assert raise_inotify_limit(16, limit) is None
+    assert limit.read_text() == "100000\n"
+    # Unreadable: nothing to do.
+    assert raise_inotify_limit(16, tmp_path / "missing") is None

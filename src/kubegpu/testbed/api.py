@@ -374,6 +374,12 @@ def up(config: TestbedConfig, progress: Progress | None = None) -> TestbedState:
         known_hosts = state_dir / "known_hosts"
         write_known_hosts(known_hosts, host_keys)
 
+        raised = raise_inotify_limit(len(specs))
+        if raised is not None:
+            say(
+                f"fs.inotify.max_user_instances raised from {raised[0]} to {raised[1]} "
+                f"(each booted node's systemd, udevd and services hold inotify instances)"
+            )
         say(f"booting {len(specs)} node(s)")
         boot_started = {}
         for spec, paths in specs:
@@ -420,6 +426,29 @@ def up(config: TestbedConfig, progress: Progress | None = None) -> TestbedState:
     result = load_state(state_dir)
     assert result is not None
     return result
+
+
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+# Instances per booted node to allow for: a Debian node with containerd holds about 9 right after
+# boot (systemd, journald, logind, udevd when a package starts it, ...).
+INOTIFY_PER_NODE = 32
+
+
+def raise_inotify_limit(node_count: int, path: Path = INOTIFY_INSTANCES) -> tuple[int, int] | None:
+    """Make sure the host allows enough inotify instances for node_count more nodes (all run as
+    root, so they share root's limit with everything else on the host). Linux's default of 128
+    runs out at about 12 nodes: systemd-udevd then fails to start inside a node and every
+    package that needs udev (the NVIDIA driver's) fails to configure. Only ever raises the
+    limit; returns (old, new) when it did, None when it was high enough or cannot be read."""
+    try:
+        current = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    wanted = max(512, INOTIFY_PER_NODE * node_count + 256)
+    if current >= wanted:
+        return None
+    path.write_text(f"{wanted}\n")
+    return current, wanted
 
 
 def install_simulated_gpu(root: Path, capture: str, simulator: Any) -> None:
