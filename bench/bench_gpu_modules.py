@@ -67,7 +67,15 @@ import yaml
 
 # bench_node_plays puts the checkout's src/ on sys.path (for kubegpu below) and its measuring
 # wrapper runs as `bench_node_plays.py --measure-child`.
-from bench_node_plays import BIN, REPO, make_configs, measure, node_cgroup_cpu, say, testbed
+from bench_node_plays import (
+    REPO,
+    adhoc_argv,
+    make_configs,
+    measure,
+    node_cgroup_cpu,
+    say,
+    testbed,
+)
 from kubegpu.testbed import TestbedConfig, TestbedState
 from kubegpu.testbed.nodes import ssh_argv
 
@@ -234,20 +242,6 @@ def ssh_call(
     row.node_cpu.append(node_cgroup_cpu(state, [node]) - node0)
     if proc.returncode:
         row.problems.append(f"ssh exited {proc.returncode}: {proc.stderr.decode()[-300:]}")
-
-
-def adhoc_argv(state: TestbedState, node: str, module: str, args: dict[str, Any]) -> list[str]:
-    argv = [
-        str(BIN / "ansible"),
-        "-i",
-        str(state.inventory),
-        "-i",
-        str(REPO / "inventories/testbed"),
-        node,
-        "-m",
-        module,
-    ]
-    return [*argv, "-a", json.dumps(args)] if args else argv
 
 
 def module_result(argv: list[str], env: dict[str, str], node: str) -> dict[str, Any]:

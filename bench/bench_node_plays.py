@@ -443,19 +443,25 @@ def playbook_argv(state: TestbedState, root: Path, limit: str) -> list[str]:
     ]
 
 
-def ping_argv(state: TestbedState, limit: str) -> list[str]:
-    return [
+def adhoc_argv(
+    state: TestbedState, pattern: str, module: str, args: dict[str, Any] | None = None
+) -> list[str]:
+    """`ansible PATTERN -m MODULE [-a JSON]` on the testbed's inventory and the testbed group vars."""
+    argv = [
         str(BIN / "ansible"),
         "-i",
         str(state.inventory),
         "-i",
         str(REPO / "inventories/testbed"),
-        "--limit",
-        limit,
-        "all",
+        pattern,
         "-m",
-        "ansible.builtin.ping",
+        module,
     ]
+    return [*argv, "-a", json.dumps(args)] if args else argv
+
+
+def ping_argv(state: TestbedState, limit: str) -> list[str]:
+    return adhoc_argv(state, limit, "ansible.builtin.ping")
 
 
 def check_run(run: Run, must_be_unchanged: bool, problems: list[str]) -> None:
