@@ -422,6 +422,25 @@ def test_second_run_changes_nothing_and_does_not_restart(
     assert main_pid(testbed, containerd_node) == pid
 
 
+def test_a_stopped_and_disabled_containerd_is_enabled_and_started_again(
+    testbed: TestbedState, play, containerd_node: str
+) -> None:
+    """The service task runs only when the role's one read shows containerd disabled or stopped."""
+    node = containerd_node
+    ssh_ok(testbed, node, "systemctl disable --now containerd")
+    run = play(RUNTIME_PLAY, [node])
+    assert run.rc == 0, run.explain()
+    assert run.task("Enable and start containerd", node)["changed"] is True
+    state = ssh_ok(testbed, node, "systemctl is-enabled containerd; systemctl is-active containerd")
+    assert state.split() == ["enabled", "active"]
+    again = play(RUNTIME_PLAY, [node])
+    assert again.rc == 0, again.explain()
+    assert again.stats(node)["changed"] == 0
+    assert again.task("Enable and start containerd", node).get("skipped") is True
+    # The same read said the packages are installed: APT is not asked.
+    assert again.task("Install containerd from the distribution", node).get("skipped") is True
+
+
 DEFAULT_WITH_SYSTEMD = "containerd config default | sed 's/SystemdCgroup = false/SystemdCgroup = true/' > /etc/containerd/config.toml"
 
 
