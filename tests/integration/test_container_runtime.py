@@ -100,7 +100,7 @@ class Run:
             for host, r in t["hosts"].items()
             if r.get("failed") or r.get("unreachable")
         ]
-        return "\n".join(lines) or self.explain()
+        return "\n".join(lines) or self.raw[-4000:]
 
     def failures(self, node: str) -> list[str]:
         return [
@@ -304,6 +304,34 @@ def test_toolkit_upgrade_moves_the_hold_and_regenerates_cdi(
     for node in toolkit_nodes:
         assert again.stats(node)["changed"] == 0, (node, again.explain())
     assert again.task("Generate the CDI spec with nvidia-ctk", gpu_node).get("skipped") is True
+    # One read told the role the keyring and its folder are as they should be: no copy, no file.
+    for task in ("Copy the repository's signing key from the controller", KEYRING_DIR_TASK):
+        assert again.task(task, gpu_node).get("skipped") is True, task
+
+
+KEYRING = "/etc/apt/keyrings/kubegpu-nvidia-container-toolkit.gpg"
+KEYRING_DIR_TASK = (
+    "Create the directory for APT keyrings and remove a keyring of the other format left by an"
+    " earlier run"
+)
+
+
+def test_a_changed_keyring_and_one_of_the_other_format_are_put_right(
+    testbed: TestbedState, play, toolkit_nodes: list[str]
+) -> None:
+    node = toolkit_nodes[0]
+    good = ssh_ok(testbed, node, f"sha256sum < {KEYRING}; stat -c '%a %U %G' {KEYRING}")
+    other = KEYRING.removesuffix(".gpg") + ".asc"
+    ssh_ok(testbed, node, f"echo not-a-key > {KEYRING}; chmod 600 {KEYRING}; touch {other}")
+    run = play(TOOLKIT_PLAY, [node], kubegpu_toolkit_version="1.18.0-1")
+    assert run.rc == 0, run.explain()
+    assert run.task("Copy the repository's signing key from the controller", node)["changed"]
+    assert run.task(KEYRING_DIR_TASK, node)["changed"]
+    assert ssh_ok(testbed, node, f"sha256sum < {KEYRING}; stat -c '%a %U %G' {KEYRING}") == good
+    assert ssh(testbed, node, f"test -e {other}").returncode == 1
+    again = play(TOOLKIT_PLAY, [node], kubegpu_toolkit_version="1.18.0-1")
+    assert again.rc == 0, again.explain()
+    assert again.stats(node)["changed"] == 0, again.explain()
 
 
 def test_toolkit_check_mode_changes_nothing(
