@@ -305,33 +305,56 @@ def test_toolkit_upgrade_moves_the_hold_and_regenerates_cdi(
         assert again.stats(node)["changed"] == 0, (node, again.explain())
     assert again.task("Generate the CDI spec with nvidia-ctk", gpu_node).get("skipped") is True
     # One read told the role the keyring and its folder are as they should be: no copy, no file.
-    for task in ("Copy the repository's signing key from the controller", KEYRING_DIR_TASK):
+    for task in (
+        "Copy the repository's signing key from the controller",
+        KEYRING_DIR_TASK,
+        "Pin the toolkit packages at 1.18.0-1",
+        "Read which packages are installed",
+    ):
         assert again.task(task, gpu_node).get("skipped") is True, task
 
 
 KEYRING = "/etc/apt/keyrings/kubegpu-nvidia-container-toolkit.gpg"
+PIN = "/etc/apt/preferences.d/kubegpu-nvidia-container-toolkit"
 KEYRING_DIR_TASK = (
     "Create the directory for APT keyrings and remove a keyring of the other format left by an"
     " earlier run"
 )
 
 
-def test_a_changed_keyring_and_one_of_the_other_format_are_put_right(
+def test_a_changed_keyring_pin_and_one_of_the_other_format_are_put_right(
     testbed: TestbedState, play, toolkit_nodes: list[str]
 ) -> None:
     node = toolkit_nodes[0]
-    good = ssh_ok(testbed, node, f"sha256sum < {KEYRING}; stat -c '%a %U %G' {KEYRING}")
+    files = f"{KEYRING} {PIN}"
+    good = ssh_ok(testbed, node, f"sha256sum {files}; stat -c '%a %U %G' {files}")
     other = KEYRING.removesuffix(".gpg") + ".asc"
-    ssh_ok(testbed, node, f"echo not-a-key > {KEYRING}; chmod 600 {KEYRING}; touch {other}")
+    ssh_ok(
+        testbed,
+        node,
+        f"echo not-a-key > {KEYRING}; chmod 600 {KEYRING}; touch {other}; echo '# local' >> {PIN}",
+    )
     run = play(TOOLKIT_PLAY, [node], kubegpu_toolkit_version="1.18.0-1")
     assert run.rc == 0, run.explain()
     assert run.task("Copy the repository's signing key from the controller", node)["changed"]
     assert run.task(KEYRING_DIR_TASK, node)["changed"]
-    assert ssh_ok(testbed, node, f"sha256sum < {KEYRING}; stat -c '%a %U %G' {KEYRING}") == good
+    assert run.task("Pin the toolkit packages at 1.18.0-1", node)["changed"]
+    assert ssh_ok(testbed, node, f"sha256sum {files}; stat -c '%a %U %G' {files}") == good
     assert ssh(testbed, node, f"test -e {other}").returncode == 1
     again = play(TOOLKIT_PLAY, [node], kubegpu_toolkit_version="1.18.0-1")
     assert again.rc == 0, again.explain()
     assert again.stats(node)["changed"] == 0, again.explain()
+    # Without the repository step the role reads the packages and writes the pin itself.
+    alone = play(
+        TOOLKIT_PLAY,
+        [node],
+        kubegpu_toolkit_version="1.18.0-1",
+        nvidia_container_toolkit_repo_manage="false",
+    )
+    assert alone.rc == 0, alone.explain()
+    assert alone.stats(node)["changed"] == 0, alone.explain()
+    assert alone.task("Read which packages are installed", node).get("skipped") is not True
+    assert alone.task("Pin the toolkit packages at 1.18.0-1", node).get("skipped") is not True
 
 
 def test_toolkit_check_mode_changes_nothing(
