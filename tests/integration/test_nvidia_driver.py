@@ -315,6 +315,33 @@ def test_the_archive_components_come_from_a_deb822_source(
         }
 
 
+def test_a_source_the_role_no_longer_needs_is_removed(
+    testbed: Any,
+    converged: dict[str, Any],
+    nodes: list[str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A source of the role's name that the plan no longer wants (as left by an earlier run with
+    other suites) is removed; the role's read lists them with the APT sources it reads."""
+    node = nodes[0]
+    stale = "/etc/apt/sources.list.d/kubegpu-nvidia-distribution-0000dead.sources"
+    copied = ssh(
+        testbed,
+        node,
+        f"cp $(ls /etc/apt/sources.list.d/kubegpu-nvidia-distribution-* | head -1) {stale}",
+    )
+    assert copied.returncode == 0, copied.stderr
+    rc, report, _ = play(
+        testbed, tmp_path_factory.mktemp("stale"), "nvidia_driver", DRIVER_VARS, limit=node
+    )
+    assert rc == 0, failures(report)
+    changed = changed_tasks(report, node)
+    removal = "Remove sources this role added earlier that are no longer needed"
+    assert removal in changed, changed
+    assert set(changed) <= {removal, "Refresh the package lists after the repository change"}
+    assert ssh(testbed, node, f"test -e {stale}").returncode == 1
+
+
 def test_nouveau_blacklisted_persistenced_enabled_and_fact_recorded(
     testbed: Any, converged: dict[str, Any], nodes: list[str]
 ) -> None:
