@@ -315,31 +315,37 @@ def test_the_archive_components_come_from_a_deb822_source(
         }
 
 
-def test_a_source_the_role_no_longer_needs_is_removed(
+def test_a_source_and_a_parameters_file_the_role_no_longer_needs_are_removed(
     testbed: Any,
     converged: dict[str, Any],
     nodes: list[str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """A source of the role's name that the plan no longer wants (as left by an earlier run with
-    other suites) is removed; the role's read lists them with the APT sources it reads."""
+    other suites) and a module parameters file with no parameters set are removed; the role's
+    reads find them, so the no-change run does not ask for either with a module of its own."""
     node = nodes[0]
     stale = "/etc/apt/sources.list.d/kubegpu-nvidia-distribution-0000dead.sources"
-    copied = ssh(
+    params = "/etc/modprobe.d/nvidia-kubegpu.conf"
+    made = ssh(
         testbed,
         node,
-        f"cp $(ls /etc/apt/sources.list.d/kubegpu-nvidia-distribution-* | head -1) {stale}",
+        f"cp $(ls /etc/apt/sources.list.d/kubegpu-nvidia-distribution-* | head -1) {stale}"
+        f" && echo 'options nvidia NVreg_X=1' > {params}",
     )
-    assert copied.returncode == 0, copied.stderr
+    assert made.returncode == 0, made.stderr
     rc, report, _ = play(
         testbed, tmp_path_factory.mktemp("stale"), "nvidia_driver", DRIVER_VARS, limit=node
     )
     assert rc == 0, failures(report)
     changed = changed_tasks(report, node)
-    removal = "Remove sources this role added earlier that are no longer needed"
-    assert removal in changed, changed
-    assert set(changed) <= {removal, "Refresh the package lists after the repository change"}
-    assert ssh(testbed, node, f"test -e {stale}").returncode == 1
+    removals = {
+        "Remove sources this role added earlier that are no longer needed",
+        "Remove the module parameters file when no parameters are set",
+    }
+    assert removals <= set(changed), changed
+    assert set(changed) <= removals | {"Refresh the package lists after the repository change"}
+    assert ssh(testbed, node, f"test -e {stale} || test -e {params}").returncode == 1
 
 
 def test_nouveau_blacklisted_persistenced_enabled_and_fact_recorded(
