@@ -60,6 +60,12 @@ def ssh(
     )
 
 
+def ssh_ok(testbed: Any, node: str, command: str) -> str:
+    proc = ssh(testbed, node, command)
+    assert proc.returncode == 0, f"{command}: {proc.stdout}{proc.stderr}"
+    return proc.stdout
+
+
 def snapshot(testbed: Any, node: str) -> set[str]:
     proc = ssh(testbed, node, f"find {WATCHED} -xdev -printf '%y %m %s %T@ %p\\n'")
     assert proc.returncode == 0, proc.stderr
@@ -147,6 +153,16 @@ def changed_tasks(report: dict[str, Any], host: str) -> list[str]:
         for task in play_["tasks"]
         if task["hosts"].get(host, {}).get("changed")
     ]
+
+
+def task_results(report: dict[str, Any], host: str) -> dict[str, dict[str, Any]]:
+    """host's result of each task that has one (skipped too), by name without "role : "."""
+    return {
+        task["task"]["name"].rpartition(" : ")[2]: task["hosts"][host]
+        for play_ in report["plays"]
+        for task in play_["tasks"]
+        if host in task["hosts"]
+    }
 
 
 @pytest.fixture(scope="module")
@@ -273,6 +289,12 @@ def test_converge_changes_then_second_run_and_check_change_nothing(
         assert converged["check"]["stats"][node]["changed"] == 0, changed_tasks(
             converged["check"], node
         )
+        # Every package at its version and held: the package steps are left out as a whole, and
+        # the installed version is known without asking dpkg again.
+        second = task_results(converged["second"], node)
+        assert second["Change, install or hold the driver packages"].get("skipped") is True
+        assert "Install the driver packages at version" not in " ".join(second)
+        assert second["Read the driver version that is installed now"].get("skipped") is True
 
 
 def test_debian_driver_packages_are_installed_and_held(
@@ -327,13 +349,12 @@ def test_a_source_and_a_parameters_file_the_role_no_longer_needs_are_removed(
     node = nodes[0]
     stale = "/etc/apt/sources.list.d/kubegpu-nvidia-distribution-0000dead.sources"
     params = "/etc/modprobe.d/nvidia-kubegpu.conf"
-    made = ssh(
+    ssh_ok(
         testbed,
         node,
         f"cp $(ls /etc/apt/sources.list.d/kubegpu-nvidia-distribution-* | head -1) {stale}"
         f" && echo 'options nvidia NVreg_X=1' > {params}",
     )
-    assert made.returncode == 0, made.stderr
     rc, report, _ = play(
         testbed, tmp_path_factory.mktemp("stale"), "nvidia_driver", DRIVER_VARS, limit=node
     )
@@ -346,6 +367,68 @@ def test_a_source_and_a_parameters_file_the_role_no_longer_needs_are_removed(
     assert removals <= set(changed), changed
     assert set(changed) <= removals | {"Refresh the package lists after the repository change"}
     assert ssh(testbed, node, f"test -e {stale} || test -e {params}").returncode == 1
+
+
+def test_a_released_hold_is_put_back_and_nothing_else_changes(
+    testbed: Any,
+    converged: dict[str, Any],
+    nodes: list[str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The first package read shows nvidia-smi no longer held, so the package steps run again:
+    APT has nothing to install, and only the hold changes."""
+    node = nodes[-1]
+    ssh_ok(testbed, node, "apt-mark unhold nvidia-smi")
+    tmp = tmp_path_factory.mktemp("rehold")
+    rc, report, _ = play(testbed, tmp, "nvidia_driver", DRIVER_VARS, limit=node)
+    assert rc == 0, failures(report)
+    assert changed_tasks(report, node) == ["Hold the driver packages at their version"]
+    results = task_results(report, node)
+    assert results["Change, install or hold the driver packages"].get("skipped") is not True
+    held = ssh_ok(testbed, node, "dpkg-query --show --showformat='${db:Status-Want}' nvidia-smi")
+    assert held == "hold"
+    rc, again, _ = play(testbed, tmp, "nvidia_driver", DRIVER_VARS, limit=node)
+    assert rc == 0, failures(again)
+    assert changed_tasks(again, node) == []
+    assert task_results(again, node)["Change, install or hold the driver packages"]["skipped"]
+
+
+def test_a_loaded_nouveau_is_recorded_as_a_pending_reboot(
+    testbed: Any,
+    converged: dict[str, Any],
+    nodes: list[str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The reboot steps run only when there is a reason. Here nouveau is loaded (a host root whose
+    /proc/modules lists it) and reboots are not allowed: the node is marked reboot_pending with
+    the reason and nothing reboots. The next normal run takes the mark away again."""
+    node = nodes[0]
+    fake = "/run/kubegpu-test-host-root"
+    ssh_ok(
+        testbed,
+        node,
+        f"mkdir -p {fake}/proc {fake}/sys/bus/pci/devices"
+        f" && echo 'nouveau 2465792 0 - Live 0x0000000000000000' > {fake}/proc/modules",
+    )
+    tmp = tmp_path_factory.mktemp("nouveau")
+    fact_path = "/etc/ansible/facts.d/kubegpu_driver.fact"
+    try:
+        variables = {**DRIVER_VARS, "__nvidia_driver_host_root": fake}
+        rc, report, _ = play(testbed, tmp, "nvidia_driver", variables, limit=node)
+        assert rc == 0, failures(report)
+        results = task_results(report, node)
+        assert results["Request a reboot to load the NVIDIA kernel module"]["skipped"]
+        assert results["Note that the node needs a reboot"].get("skipped") is not True
+        assert changed_tasks(report, node) == ["Record the driver in the local fact kubegpu_driver"]
+        fact = json.loads(ssh_ok(testbed, node, f"cat {fact_path}"))
+        assert (fact["reboot_pending"], fact["reboot_reasons"]) == (True, ["nouveau is loaded"])
+    finally:
+        ssh(testbed, node, f"rm -rf {fake}")
+    rc, back, _ = play(testbed, tmp, "nvidia_driver", DRIVER_VARS, limit=node)
+    assert rc == 0, failures(back)
+    assert task_results(back, node)["Reboot, or say that the node needs a reboot"]["skipped"]
+    fact = json.loads(ssh_ok(testbed, node, f"cat {fact_path}"))
+    assert (fact["reboot_pending"], fact["reboot_reasons"]) == (False, [])
 
 
 def test_nouveau_blacklisted_persistenced_enabled_and_fact_recorded(
