@@ -91,6 +91,15 @@ class Run:
         assert found, f"task {name!r} did not run on {node}:\n{self.explain()}"
         return found[-1]
 
+    def names(self, node: str) -> list[str]:
+        """The names of the tasks that have a result for node (skipped ones too), in order."""
+        return [
+            t["task"]["name"]
+            for play in self.data["plays"]
+            for t in play["tasks"]
+            if node in t["hosts"]
+        ]
+
     def explain(self) -> str:
         """The failed tasks, per host, or the tail of the output when there is no JSON."""
         lines = [
@@ -310,6 +319,7 @@ def test_toolkit_upgrade_moves_the_hold_and_regenerates_cdi(
         KEYRING_DIR_TASK,
         "Pin the toolkit packages at 1.18.0-1",
         "Read which packages are installed",
+        "Move, install or hold the toolkit packages",
     ):
         assert again.task(task, gpu_node).get("skipped") is True, task
 
@@ -332,10 +342,15 @@ def test_a_changed_keyring_pin_and_one_of_the_other_format_are_put_right(
     ssh_ok(
         testbed,
         node,
-        f"echo not-a-key > {KEYRING}; chmod 600 {KEYRING}; touch {other}; echo '# local' >> {PIN}",
+        f"echo not-a-key > {KEYRING}; chmod 600 {KEYRING}; touch {other}; echo '# local' >> {PIN}"
+        f"; apt-mark unhold {PACKAGES[0]}",
     )
     run = play(TOOLKIT_PLAY, [node], kubegpu_toolkit_version="1.18.0-1")
     assert run.rc == 0, run.explain()
+    # The released hold brings the package steps back: APT has nothing to do, the hold is set.
+    assert run.task("Install the toolkit packages at 1.18.0-1", node).get("skipped") is True
+    assert run.task("Hold the toolkit packages at their version", node)["changed"]
+    assert installed(testbed, node) == dict.fromkeys(PACKAGES, "1.18.0-1 hold ok installed")
     assert run.task("Copy the repository's signing key from the controller", node)["changed"]
     assert run.task(KEYRING_DIR_TASK, node)["changed"]
     assert run.task("Pin the toolkit packages at 1.18.0-1", node)["changed"]
@@ -344,6 +359,7 @@ def test_a_changed_keyring_pin_and_one_of_the_other_format_are_put_right(
     again = play(TOOLKIT_PLAY, [node], kubegpu_toolkit_version="1.18.0-1")
     assert again.rc == 0, again.explain()
     assert again.stats(node)["changed"] == 0, again.explain()
+    assert again.task("Move, install or hold the toolkit packages", node).get("skipped") is True
     # Without the repository step the role reads the packages and writes the pin itself.
     alone = play(
         TOOLKIT_PLAY,
@@ -487,9 +503,10 @@ def test_a_stopped_and_disabled_containerd_is_enabled_and_started_again(
     again = play(RUNTIME_PLAY, [node])
     assert again.rc == 0, again.explain()
     assert again.stats(node)["changed"] == 0
-    assert again.task("Enable and start containerd", node).get("skipped") is True
-    # The same read said the packages are installed: APT is not asked.
+    # The same read said the packages are installed and containerd enabled and running: the
+    # include of the install steps is skipped, so neither APT nor systemd is asked.
     assert again.task("Install containerd from the distribution", node).get("skipped") is True
+    assert not [n for n in again.names(node) if n.endswith("Enable and start containerd")]
 
 
 DEFAULT_WITH_SYSTEMD = "containerd config default | sed 's/SystemdCgroup = false/SystemdCgroup = true/' > /etc/containerd/config.toml"
