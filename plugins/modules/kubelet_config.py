@@ -123,6 +123,15 @@ options:
       - Only check the inputs (and read the kubelet's version when needed); change nothing.
     type: bool
     default: false
+  without_pyyaml:
+    description:
+      - What to do when the target's Python cannot import PyYAML, after the inputs are checked.
+      - V(fail) says what to install. V(report) changes nothing and returns RV(python_yaml)
+        false, so that a role can install PyYAML and call the module again; with PyYAML there,
+        one call checks and merges.
+    type: str
+    choices: [fail, report]
+    default: fail
   backup:
     description:
       - Keep a timestamped copy of each file before changing it.
@@ -207,7 +216,7 @@ RETURN = r"""
 python_yaml:
   description: Whether PyYAML can be imported by the Python that runs the module on the target,
     which the module needs to edit the files (the role installs it only when this is false).
-  returned: with O(validate_only=true)
+  returned: when the inputs passed their checks
   type: bool
 flavor:
   description: The kubelet layout used (V(kubeadm), V(k3s) or V(rke2)).
@@ -293,6 +302,7 @@ ARGUMENT_SPEC = dict(
     dropin_name=dict(type="str", default="50-kubegpu.conf"),
     binary=dict(type="path"),
     validate_only=dict(type="bool", default=False),
+    without_pyyaml=dict(type="str", default="fail", choices=["fail", "report"]),
     backup=dict(type="bool", default=True),
 )
 
@@ -429,11 +439,16 @@ def main():
     try:
         import yaml
     except ImportError:
+        result["python_yaml"] = False
+        if p["without_pyyaml"] == "report":
+            module.exit_json(**result)
         module.fail_json(
             msg="kubelet_config needs PyYAML on the target to read and write the kubelet's YAML "
             "files: install python3-yaml (Debian, Ubuntu) or python3-pyyaml (RHEL)",
             **result,
         )
+
+    result["python_yaml"] = True
 
     def dump(data):
         return yaml.safe_dump(data, default_flow_style=False, sort_keys=False)

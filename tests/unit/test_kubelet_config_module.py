@@ -329,3 +329,29 @@ def test_validate_only_says_whether_the_target_python_has_pyyaml(
     without = run_module(repo_root, args, "-e", f"ansible_python_interpreter={wrapper}")
     assert without.get("failed") is not True, without
     assert without["python_yaml"] is False
+
+
+def test_a_merge_without_pyyaml_reports_or_fails_as_asked(
+    repo_root: Path, tmp_path: Path, kubeadm_files: dict
+) -> None:
+    # The role's one call: with PyYAML it checks and merges; without, "report" checks the inputs,
+    # changes nothing and says python_yaml false (the role then installs PyYAML), and "fail"
+    # names the package to install.
+    wrapper = tmp_path / "python-no-site"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    wrapper.chmod(0o755)
+    no_yaml = ("-e", f"ansible_python_interpreter={wrapper}")
+    before = {path: Path(path).read_text() for path in kubeadm_files.values()}
+    args = dict(ARGS, **kubeadm_files, without_pyyaml="report")
+    reported = run_module(repo_root, args, *no_yaml)
+    assert reported.get("failed") is not True, reported
+    assert (reported["python_yaml"], reported["changed"]) == (False, False)
+    assert reported["problems"] == []
+    failed = run_module(repo_root, dict(args, without_pyyaml="fail"), *no_yaml)
+    assert failed["failed"] is True and failed["python_yaml"] is False
+    assert "install python3-yaml" in failed["msg"]
+    bad = run_module(repo_root, dict(args, feature_gates={"DevicePlugins": True}), *no_yaml)
+    assert bad["failed"] is True and bad["problems"], bad
+    assert {path: Path(path).read_text() for path in kubeadm_files.values()} == before
+    merged = run_module(repo_root, args, "-e", f"ansible_python_interpreter={sys.executable}")
+    assert (merged["python_yaml"], merged["changed"]) == (True, True), merged
