@@ -313,10 +313,15 @@ def test_toolkit_upgrade_moves_the_hold_and_regenerates_cdi(
     for node in toolkit_nodes:
         assert again.stats(node)["changed"] == 0, (node, again.explain())
     assert again.task("Generate the CDI spec with nvidia-ctk", gpu_node).get("skipped") is True
-    # One read told the role the keyring and its folder are as they should be: no copy, no file.
+    # One read told the role the keyring, its folder and the source are as they should be: the
+    # key steps are skipped as one include (none of them is evaluated), and no file is written.
+    evaluated = again.names(gpu_node)
+    assert any(name.endswith(KEYRING_INCLUDE) for name in evaluated), evaluated
+    for step in ("Copy the repository's signing key from the controller", KEYRING_DIR_TASK):
+        assert not any(name.endswith(step) for name in evaluated), step
     for task in (
-        "Copy the repository's signing key from the controller",
-        KEYRING_DIR_TASK,
+        KEYRING_INCLUDE,
+        "Add the repository as a deb822 source signed by that key",
         "Pin the toolkit packages at 1.18.0-1",
         "Read which packages are installed",
         "Move, install or hold the toolkit packages",
@@ -326,6 +331,9 @@ def test_toolkit_upgrade_moves_the_hold_and_regenerates_cdi(
 
 KEYRING = "/etc/apt/keyrings/kubegpu-nvidia-container-toolkit.gpg"
 PIN = "/etc/apt/preferences.d/kubegpu-nvidia-container-toolkit"
+KEYRING_INCLUDE = (
+    "Install the APT helpers, make the keyrings folder and put the signing key in place"
+)
 KEYRING_DIR_TASK = (
     "Create the directory for APT keyrings and remove a keyring of the other format left by an"
     " earlier run"
