@@ -22,6 +22,8 @@ description:
   - Given I(kernel_module_type) and I(branch), also resolves C(auto) to open or proprietary and
     lists the problems that make the request impossible on these GPUs. It never fails for
     those; the caller decides.
+  - Given I(file_states), also returns the type, SHA-256, mode and owner of those paths (outside
+    the facts), so that the caller can leave out a task for a file that is already in place.
   - Changes nothing on the host.
 version_added: "0.1.0"
 author:
@@ -43,6 +45,13 @@ options:
       - The driver branch (three digits) used to resolve C(auto) and to check that the branch
         supports every GPU generation found.
     type: str
+  file_states:
+    description:
+      - Absolute paths whose state to return in RV(file_states). They are read as given, not
+        below I(host_root), because they are the files the role writes on this host.
+    type: list
+    elements: path
+    default: []
 attributes:
   check_mode:
     support: full
@@ -67,6 +76,20 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+file_states:
+  description:
+    - Each path of I(file_states) to null when nothing is there, else to its C(type) (C(file),
+      C(directory), C(link) or C(other), not following a link), C(mode) (four octal digits),
+      C(uid), C(gid) and, for a file, C(sha256) of its content.
+  returned: always
+  type: dict
+  sample:
+    /etc/modprobe.d/blacklist-nouveau.conf:
+      type: file
+      mode: "0644"
+      uid: 0
+      gid: 0
+      sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
 ansible_facts:
   description: Facts under the key C(nvidia_pci).
   returned: always
@@ -129,7 +152,9 @@ ansible_facts:
       secure_boot: {state: disabled, source: efivars}
 """
 
+import hashlib
 import os
+import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.gpu.plugins.module_utils import nvidia_driver as nd
@@ -266,12 +291,46 @@ def summarise(functions, product_name, requested, branch):
     return facts
 
 
+def read_file_state(path):
+    """Type, mode, owner and (for a file) SHA-256 of path, or None when nothing is there."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        kind = "link"
+    elif stat.S_ISREG(info.st_mode):
+        kind = "file"
+    elif stat.S_ISDIR(info.st_mode):
+        kind = "directory"
+    else:
+        kind = "other"
+    state = {
+        "type": kind,
+        "mode": "%04o" % stat.S_IMODE(info.st_mode),
+        "uid": info.st_uid,
+        "gid": info.st_gid,
+    }
+    if kind == "file":
+        digest = hashlib.sha256()
+        try:
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(65536), b""):
+                    digest.update(block)
+        except (IOError, OSError):
+            state["type"] = "other"
+        else:
+            state["sha256"] = digest.hexdigest()
+    return state
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             host_root=dict(type="path", default="/"),
             kernel_module_type=dict(type="str", choices=["auto", "open", "proprietary"]),
             branch=dict(type="str"),
+            file_states=dict(type="list", elements="path", default=[]),
         ),
         required_by={"kernel_module_type": ("branch",)},
         supports_check_mode=True,
@@ -287,7 +346,13 @@ def main():
     facts["modules"] = read_modules(root)
     facts["loaded_driver"] = read_loaded_driver(root)
     facts["secure_boot"] = read_secure_boot(module, root)
-    module.exit_json(changed=False, ansible_facts={"nvidia_pci": facts})
+    relative = [path for path in module.params["file_states"] if not os.path.isabs(path)]
+    if relative:
+        module.fail_json(
+            msg="file_states takes absolute paths; these are not: %s" % ", ".join(relative)
+        )
+    file_states = dict((path, read_file_state(path)) for path in module.params["file_states"])
+    module.exit_json(changed=False, ansible_facts={"nvidia_pci": facts}, file_states=file_states)
 
 
 if __name__ == "__main__":

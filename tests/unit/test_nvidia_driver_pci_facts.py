@@ -8,6 +8,8 @@ error paths) and its functions are also called directly.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -220,3 +222,60 @@ def test_nouveau_loaded_is_reported(tmp_path: Path) -> None:
     )
     modules = mod.read_modules(str(tmp_path))
     assert modules == {"readable": True, "nouveau": True, "nvidia": False}
+
+
+def test_file_states_report_type_digest_mode_and_owner(tmp_path: Path, t4_root: Path) -> None:
+    """What the driver role reads to leave out its file tasks for files already in place."""
+    area = tmp_path / "area"
+    area.mkdir()
+    conf = area / "blacklist.conf"
+    conf.write_text("blacklist nouveau\n")
+    conf.chmod(0o640)
+    (area / "facts.d").mkdir(mode=0o755)
+    (area / "link").symlink_to(conf)
+    paths = [str(conf), str(area / "facts.d"), str(area / "link"), str(area / "missing")]
+    play = [
+        {
+            "name": "file states",
+            "hosts": "all",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "read",
+                    "kubegpu.gpu.nvidia_pci_facts": {
+                        "host_root": str(t4_root),
+                        "file_states": paths,
+                    },
+                },
+                {
+                    "name": "relative",
+                    "kubegpu.gpu.nvidia_pci_facts": {"file_states": ["etc/x.conf"]},
+                    "ignore_errors": True,
+                },
+            ],
+        }
+    ]
+    rc, report, stderr = run_playbook(tmp_path, play, {"h1": {}})
+    assert rc == 0, stderr
+    results = dict(host_results(report, "h1"))
+    states = results["read"]["file_states"]
+    uid, gid = os.getuid(), os.getgid()
+    assert states[str(conf)] == {
+        "type": "file",
+        "mode": "0640",
+        "uid": uid,
+        "gid": gid,
+        "sha256": hashlib.sha256(b"blacklist nouveau\n").hexdigest(),
+    }
+    assert states[str(area / "facts.d")]["type"] == "directory"
+    assert states[str(area / "facts.d")]["mode"] == "%04o" % (
+        (area / "facts.d").stat().st_mode & 0o7777
+    )
+    assert states[str(area / "link")]["type"] == "link"
+    assert "sha256" not in states[str(area / "link")]
+    assert states[str(area / "missing")] is None
+    # The facts are what they were without file_states.
+    assert results["read"]["ansible_facts"]["nvidia_pci"]["gpu_count"] == 1
+    assert results["relative"]["failed"] is True
+    assert "absolute paths" in results["relative"]["msg"]
+    assert "etc/x.conf" in results["relative"]["msg"]
