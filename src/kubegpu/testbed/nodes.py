@@ -153,7 +153,11 @@ def personalise(paths: NodePaths, spec: NodeSpec, ctx: NodeContext) -> str:
         "// kubegpu testbed: Debian's mirror only through apt-cacher-ng on the bridge;\n"
         "// repositories served on the bridge itself are reached directly.\n"
         f'Acquire::http::Proxy "{ctx.proxy_url}";\n'
-        f'Acquire::http::Proxy::{ctx.bridge_address} "DIRECT";\n' + ctx.apt_extra,
+        f'Acquire::http::Proxy::{ctx.bridge_address} "DIRECT";\n'
+        "// An update of several nodes at once through apt-cacher-ng has hung (apt's http method\n"
+        "// idle, no connection open, the update waiting): no HTTP pipelining, and retries.\n"
+        'Acquire::http::Pipeline-Depth "0";\n'
+        'Acquire::Retries "3";\n' + ctx.apt_extra,
     )
     network_unit = (
         "[Unit]\n"
