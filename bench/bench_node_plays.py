@@ -335,8 +335,9 @@ class Config:
 def make_configs(names: Sequence[str], workdir: Path, facts: Path) -> dict[str, Config]:
     base = {
         "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
-        "ANSIBLE_CALLBACKS_ENABLED": "kubegpu_bench",
         "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        # The compiled Jinja code of kubegpu.gpu.jinja_code_cache, filled by the converges.
+        "KUBEGPU_JINJA_CODE_CACHE_DIR": str(workdir / "jinja-code"),
         "ANSIBLE_NOCOLOR": "1",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
     }
@@ -386,6 +387,13 @@ def make_configs(names: Sequence[str], workdir: Path, facts: Path) -> dict[str, 
                 f"--configs: unknown {name!r} (allowed: {', '.join(KNOWN_CONFIGS)}, at-REF)"
             )
         env = dict(made.env, **{k: v for k, v in extra.items() if k.isupper()})
+        # The measuring callback comes on top of the configuration's own callbacks (an
+        # ANSIBLE_CALLBACKS_ENABLED of the spec replaces those, as it would the file's).
+        own = extra.get("ANSIBLE_CALLBACKS_ENABLED")
+        if own is None:
+            own = callbacks_enabled_in(Path(env["ANSIBLE_CONFIG"]))
+        names_on = [n.strip() for n in own.split(",") if n.strip()]
+        env["ANSIBLE_CALLBACKS_ENABLED"] = ",".join([*names_on, "kubegpu_bench"])
         ini = {k: v for k, v in extra.items() if not k.isupper()}
         if ini:
             # Settings without an environment variable (internal_poll_interval): a copy of the
@@ -393,6 +401,12 @@ def make_configs(names: Sequence[str], workdir: Path, facts: Path) -> dict[str, 
             env["ANSIBLE_CONFIG"] = str(cfg_with(Path(env["ANSIBLE_CONFIG"]), ini, workdir, spec))
         configs[spec] = Config(spec, env, made.root)
     return configs
+
+
+def callbacks_enabled_in(cfg: Path) -> str:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(cfg)
+    return parser.get("defaults", "callbacks_enabled", fallback="")
 
 
 def cfg_with(source: Path, settings: dict[str, str], workdir: Path, spec: str) -> Path:
