@@ -363,11 +363,54 @@ def test_a_source_and_a_parameters_file_the_role_no_longer_needs_are_removed(
     removals = {
         # One file_set writes the sources the plan wants and removes the stale one.
         "Add the driver's archive components to the host's own archive URIs, remove old ones",
-        "Remove the module parameters file when no parameters are set",
+        "Write the NVIDIA kernel module parameters, or remove the file when none are set",
     }
     assert removals <= set(changed), changed
     assert set(changed) <= removals | {"Refresh the package lists after the repository change"}
     assert ssh(testbed, node, f"test -e {stale} || test -e {params}").returncode == 1
+
+
+def test_module_parameters_are_written_once_then_left_alone(
+    testbed: Any,
+    converged: dict[str, Any],
+    nodes: list[str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Parameters set: one file_set writes them (with the packaging's module names), the next run
+    finds the file in place through the first read and runs no file task; set back to none, the
+    file goes."""
+    node = nodes[0]
+    params = "/etc/modprobe.d/nvidia-kubegpu.conf"
+    task = "Write the NVIDIA kernel module parameters, or remove the file when none are set"
+    variables = {
+        **DRIVER_VARS,
+        "nvidia_driver_module_parameters": {
+            "nvidia": {"NVreg_EnableGpuFirmware": True},
+            "nvidia-drm": {"modeset": 1},
+        },
+    }
+    tmp = tmp_path_factory.mktemp("params")
+    try:
+        rc, report, _ = play(testbed, tmp, "nvidia_driver", variables, limit=node)
+        assert rc == 0, failures(report)
+        assert changed_tasks(report, node) == [task]
+        lines = ssh_ok(testbed, node, f"cat {params}").splitlines()
+        assert lines[0].startswith("# ") and "nvidia_driver_module_parameters" in lines[0]
+        # Debian's packages name the modules nvidia-current*.
+        assert lines[1:] == [
+            "options nvidia-current NVreg_EnableGpuFirmware=1",
+            "options nvidia-current-drm modeset=1",
+        ]
+        assert ssh_ok(testbed, node, f"stat -c '%a %U %G' {params}").strip() == "644 root root"
+        rc, again, _ = play(testbed, tmp, "nvidia_driver", variables, limit=node)
+        assert rc == 0, failures(again)
+        assert changed_tasks(again, node) == []
+        assert task_results(again, node)[task]["skipped"]
+    finally:
+        rc, back, _ = play(testbed, tmp, "nvidia_driver", DRIVER_VARS, limit=node)
+    assert rc == 0, failures(back)
+    assert changed_tasks(back, node) == [task]
+    assert ssh(testbed, node, f"test -e {params}").returncode == 1
 
 
 def test_a_released_hold_is_put_back_and_nothing_else_changes(
