@@ -86,19 +86,23 @@ def _one_inventory(inventory: str | Path | Mapping[str, Any], workdir: Path) -> 
 
 
 STRATEGY_VARIABLE = "KUBEGPU_STRATEGY"
-STRATEGIES = ("linear", "mitogen")
+STRATEGIES = ("kubegpu", "linear", "mitogen")
 
 
 def strategy_environment(strategy: str | None = None) -> dict[str, str]:
-    """The Ansible settings for an execution strategy: `linear` (Ansible's own, the default) or
-    `mitogen` (the optional extra `kubegpu[fast]`). Without an argument, $KUBEGPU_STRATEGY picks
-    it. Raises InputError for an unknown name, or for mitogen when it is not installed."""
+    """The Ansible settings for an execution strategy: `kubegpu` (the default, ansible.cfg's
+    kubegpu.gpu.linear: ansible-core's linear strategy that skips a task whose condition is
+    false without forking a worker), `linear` (ansible-core's own) or `mitogen` (the optional
+    extra `kubegpu[fast]`). Without an argument, $KUBEGPU_STRATEGY picks it. Raises InputError
+    for an unknown name, or for mitogen when it is not installed."""
     name = (os.environ.get(STRATEGY_VARIABLE, "") if strategy is None else strategy).strip()
-    if name in ("", "linear"):
+    if name in ("", "kubegpu"):
         return {}
+    if name == "linear":
+        return {"ANSIBLE_STRATEGY": "ansible.builtin.linear"}
     if name != "mitogen":
         raise InputError(
-            STRATEGY_VARIABLE, f"{name!r} is not a known strategy", " or ".join(STRATEGIES)
+            STRATEGY_VARIABLE, f"{name!r} is not a known strategy", ", ".join(STRATEGIES)
         )
     try:
         import ansible_mitogen  # type: ignore[import-untyped]
