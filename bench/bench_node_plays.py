@@ -381,6 +381,10 @@ def make_configs(names: Sequence[str], workdir: Path, facts: Path) -> dict[str, 
                 ANSIBLE_CONFIG=str(root / "ansible.cfg"),
                 ANSIBLE_CACHE_PLUGIN_CONNECTION=str(facts),
             )
+            if not (root / "plugins/strategy/linear.py").is_file():
+                # Content from before kubegpu.gpu.linear, which ansible.cfg names: the strategy
+                # that content ran under.
+                env["ANSIBLE_STRATEGY"] = "ansible.builtin.linear"
             made = Config(name, env, root)
         else:
             raise SystemExit(

@@ -22,6 +22,9 @@ description:
     worker starts. When it is true, or anything else happens (an error, an undefined
     variable), the task is queued to a worker as usual, which evaluates it again.
   - Tasks with a loop, C(delegate_to) or no C(when) always go to a worker.
+  - Callbacks that treat only ansible-core's C(linear) and C(debug) as lockstep strategies
+    by name, such as C(ansible.posix.json), group results by host under this one, as they do
+    under any other strategy.
   - A condition that holds is evaluated twice, in the main process and in the worker, so a
     lookup inside it runs twice there.
   - kubegpu's ansible.cfg sets it (C(strategy)). C(ANSIBLE_STRATEGY=linear), or
