@@ -58,11 +58,16 @@ def test_node_plays_converge_then_change_nothing_under_mitogen(
 ) -> None:
     monkeypatch.setenv("KUBEGPU_STRATEGY", "mitogen")
     inventory = [str(testbed.inventory), str(REPO / "inventories/testbed")]
-    first = run_playbook("playbooks/nodes.yml", inventory, timeout=3600)
+    # The node plays wire containerd, which runs only on nodes made for containers (`testbed up
+    # --containers`); on the others they fail under every strategy, so they are left out.
+    nodes = [node.name for node in testbed.nodes if node.containers]
+    assert nodes, "the testbed has no node that can run containerd (KUBEGPU_TESTBED_CONTAINERS)"
+    limit = ",".join(nodes)
+    first = run_playbook("playbooks/nodes.yml", inventory, limit=limit, timeout=3600)
     assert first.ok, (first.failed, first.unreachable)
-    second = run_playbook("playbooks/nodes.yml", inventory, timeout=1800)
+    second = run_playbook("playbooks/nodes.yml", inventory, limit=limit, timeout=1800)
     assert second.ok, (second.failed, second.unreachable)
-    assert set(second.hosts) == set(testbed.node_names)
+    assert set(second.hosts) == set(nodes)
     for node, stats in second.hosts.items():
         assert stats.changed == 0, (node, stats)
         assert stats.failures == 0 and stats.unreachable == 0, (node, stats)
