@@ -47,10 +47,6 @@ class _WouldRun(BaseException):
 
 
 class StrategyModule(LinearStrategyModule):
-    def __init__(self, tqm: t.Any) -> None:
-        super().__init__(tqm)
-        self.skipped_in_main = 0
-
     def _queue_task(self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any) -> None:
         probed = self._skip_in_main(host, task, task_vars, play_context)
         if probed is None:
@@ -68,7 +64,6 @@ class StrategyModule(LinearStrategyModule):
             _RawTaskResult(host=host, task=task, return_data=result, task_fields=fields)
         )
         self._pending_results += 1
-        self.skipped_in_main += 1
 
     def _skip_in_main(
         self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any
