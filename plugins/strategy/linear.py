@@ -2,26 +2,37 @@
 # Copyright: kubegpu contributors
 # Apache License 2.0 (see LICENSE)
 """ansible-core's linear strategy, except that a task whose condition is false for a host is
-skipped in the controller's main process instead of in a forked worker."""
+skipped in the controller's main process instead of in a forked worker, and a controller-only
+action (set_fact, debug, assert, ...) runs there whole."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: linear
-short_description: Ansible's linear strategy; a false condition skips without forking a worker
+short_description: Ansible's linear strategy; skips and controller-only actions without forking
 description:
   - Runs tasks in lockstep across hosts, as ansible-core's C(linear) strategy does (it is that
     strategy, subclassed).
   - ansible-core forks a worker process for every task and host, also for a task whose C(when)
-    is false there; the fork, the copy-on-write faults of the worker touching the controller's
-    memory, and its exit cost more than the evaluation itself.
-  - This strategy evaluates the condition in the main process first, with ansible-core's own
-    TaskExecutor on a copy of the task, the same variables and the same play context, and stops
-    it right after the condition. When the condition is false the result (the same
-    C(skipped) result a worker returns) goes to the result queue as a worker's would, and no
-    worker starts. When it is true, or anything else happens (an error, an undefined
-    variable), the task is queued to a worker as usual, which evaluates it again.
-  - Tasks with a loop, C(delegate_to) or no C(when) always go to a worker.
+    is false there and for an action that never leaves the controller; the fork, the
+    copy-on-write faults of the worker touching the controller's memory, and its exit cost more
+    than such a task itself.
+  - A task whose action runs on the controller alone and returns all it does in its result
+    (C(set_fact), C(debug), C(assert), C(fail), C(include_vars), C(include_tasks),
+    C(include_role), C(validate_argument_spec) and C(kubegpu.gpu.checks)) runs in the main
+    process, with ansible-core's own TaskExecutor, on a copy of the task and its parent blocks,
+    the same variables and the same play context, and its result goes to the result queue as a
+    worker's would. Loops run there too. A task with C(delegate_to), C(async), C(until),
+    C(timeout) or a loop C(pause) goes to a worker as usual, so nothing waits in the main
+    process.
+  - Any other task with C(when) and no loop or C(delegate_to) has its condition evaluated in the
+    main process first, by the same executor stopped right after the condition. When the
+    condition is false the result (the same C(skipped) result a worker returns) goes to the
+    result queue, and no worker starts. When it is true, or anything else happens (an error, an
+    undefined variable), the task is queued to a worker as usual, which evaluates it again.
+  - The main process runs these one host after another; a worker for each would run them side
+    by side on a controller with cores to spare. They are cheap (templating, no I/O), and the
+    saved fork is the larger cost.
   - Callbacks that treat only ansible-core's C(linear) and C(debug) as lockstep strategies
     by name, such as C(ansible.posix.json), group results by host under this one, as they do
     under any other strategy.
@@ -36,10 +47,31 @@ description:
 import copy
 import typing as t
 
+from ansible import constants as C
+from ansible._internal import _task
 from ansible.executor.task_executor import TaskExecutor
 from ansible.executor.task_result import _RawTaskResult
 from ansible.plugins import loader as plugin_loader
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
+
+
+# Actions that run on the controller alone, need no connection, and change nothing outside the
+# result they return (ansible-core's strategy applies their facts, variables and includes from
+# that result, wherever it was made).
+_IN_MAIN = frozenset(
+    (
+        *C._ACTION_SET_FACT,
+        *C._ACTION_DEBUG,
+        *C._ACTION_INCLUDE_VARS,
+        *C._ACTION_ALL_INCLUDES,
+        *(
+            f"{prefix}{name}"
+            for name in ("assert", "fail", "validate_argument_spec")
+            for prefix in ("", "ansible.builtin.", "ansible.legacy.")
+        ),
+        "kubegpu.gpu.checks",
+    )
+)
 
 
 class _WouldRun(BaseException):
@@ -48,22 +80,64 @@ class _WouldRun(BaseException):
 
 class StrategyModule(LinearStrategyModule):
     def _queue_task(self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any) -> None:
-        probed = self._skip_in_main(host, task, task_vars, play_context)
-        if probed is None:
-            super()._queue_task(host, task, task_vars, play_context)
-            return
-        result, fields = probed
+        # What ansible-core's _queue_task records for a worker, before anything runs: the
+        # results thread looks the task up there for every result and every loop item's
+        # callback, which the executor sends while it runs.
         self._queued_task_cache[(host.name, task._uuid)] = {
             "host": host,
             "task": task,
             "task_vars": task_vars,
             "play_context": play_context,
         }
-        self._tqm.send_callback("v2_runner_on_start", host, task)
+        if self._runs_in_main(task):
+            self._tqm.send_callback("v2_runner_on_start", host, task)
+            result, fields = self._run_in_main(host, task, task_vars, play_context)
+        else:
+            done = self._skip_in_main(host, task, task_vars, play_context)
+            if done is None:
+                super()._queue_task(host, task, task_vars, play_context)
+                return
+            self._tqm.send_callback("v2_runner_on_start", host, task)
+            result, fields = done
         self._final_q.send_task_result(
             _RawTaskResult(host=host, task=task, return_data=result, task_fields=fields)
         )
         self._pending_results += 1
+
+    @staticmethod
+    def _runs_in_main(task: t.Any) -> bool:
+        """A controller-only action without delegation, async, retries, a timeout or a loop
+        that pauses: nothing in it waits, so the main process is not held up."""
+        return (
+            task.action in _IN_MAIN
+            and (task._resolved_action is None or task._resolved_action in _IN_MAIN)
+            and not (task.delegate_to or task.until or task.async_val or task.timeout)
+            and not (task.loop_control and task.loop_control.pause)
+        )
+
+    def _executor(self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any) -> t.Any:
+        return TaskExecutor(
+            host,
+            task,
+            dict(task_vars),
+            play_context,
+            self._loader,
+            plugin_loader.get_plugin_loader_namespace(),
+            self._final_q,
+            self._variable_manager,
+        )
+
+    def _run_in_main(
+        self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any
+    ) -> tuple[dict[str, t.Any], dict[str, t.Any]]:
+        # The whole task, as a worker would run it, on a copy of it and of its parent blocks:
+        # the executor's post_validate writes templated values into the task and its parents,
+        # which a worker does on its own forked copy. The play context is copied by the
+        # executor itself before it changes it.
+        own = task.copy()
+        with _task.TaskContext(own):
+            result = self._executor(host, own, task_vars, play_context).run()
+        return result, own.dump_attrs()
 
     def _skip_in_main(
         self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any
@@ -84,18 +158,9 @@ class StrategyModule(LinearStrategyModule):
             return False
 
         probe._resolve_conditional = stop_when_true
-        executor = TaskExecutor(
-            host,
-            probe,
-            dict(task_vars),
-            play_context,
-            self._loader,
-            plugin_loader.get_plugin_loader_namespace(),
-            self._final_q,
-            self._variable_manager,
-        )
         try:
-            result = executor.run()
+            with _task.TaskContext(probe):
+                result = self._executor(host, probe, task_vars, play_context).run()
         except _WouldRun:
             return None
         if result.get("skipped") is not True or result.get("failed"):

@@ -1,7 +1,9 @@
 """kubegpu.gpu.linear: ansible-core's linear strategy, except that a task whose condition is false
-for a host is skipped in the main process instead of a forked worker. Every result must be what
-ansible-core's own linear strategy gives, so each test runs the same playbook under both and
-compares the results host by host and task by task.
+for a host is skipped in the main process instead of a forked worker, and the controller-only
+actions (set_fact, debug, assert, fail, include_vars, the includes, argument validation,
+kubegpu.gpu.checks) run there whole. Every result must be what ansible-core's own linear strategy
+gives, so each test runs the same playbook under both and compares the results host by host and
+task by task.
 
 bench/bench_node_plays.py measures what it saves on the testbed's node plays.
 """
@@ -93,6 +95,79 @@ ROLE_TASKS: list[dict[str, Any]] = [
         "when": "level | int > 5",
     },
     {
+        "name": "Sets a fact, recording which process runs it",
+        "ansible.builtin.set_fact": {
+            "probe_fact": "{{ lookup('ansible.builtin.pipe', 'echo $PPID >> ' ~ run_log ~ '; echo set') }}",
+        },
+    },
+    {
+        "name": "Registers a set_fact",
+        "ansible.builtin.set_fact": {"probe_two": 2},
+        "register": "probe_set",
+    },
+    {"name": "Shows the registered set_fact", "ansible.builtin.debug": {"var": "probe_set"}},
+    {
+        "name": "Loads values for each item",
+        "ansible.builtin.include_vars": {"file": "{{ item }}.yml"},
+        "loop": ["one", "two"],
+    },
+    {
+        "name": "Shows the loaded values",
+        "ansible.builtin.debug": {"msg": "{{ probe_one }} {{ probe_three }}"},
+    },
+    {
+        "name": "Asserts per host",
+        "ansible.builtin.assert": {"that": ["level | int > 5"], "quiet": True},
+        "ignore_errors": True,
+    },
+    {
+        "name": "Fails on one host",
+        "ansible.builtin.fail": {"msg": "low {{ level }}"},
+        "when": "level | int == 1",
+        "ignore_errors": True,
+    },
+    {
+        "name": "Checks in one task",
+        "kubegpu.gpu.checks": {
+            "checks": [
+                {"name": "positive", "that": "level | int > 0", "msg": "no level"},
+                {
+                    "name": "high",
+                    "that": "level | int > 5",
+                    "msg": "low",
+                    "when": "level | int > 8",
+                },
+            ]
+        },
+    },
+    {
+        "name": "Includes tasks for each item",
+        "ansible.builtin.include_tasks": "item.yml",
+        "loop": [1, 2],
+    },
+    {
+        "name": "Includes a role with an argument spec",
+        "ansible.builtin.include_role": {"name": "probe_inner"},
+    },
+    {
+        # The executor templates the task's and its parents' fields in place: a per-host value
+        # written into a task or block shared by all hosts would show in the next host's result.
+        "name": "A block whose no_log differs per host",
+        "no_log": "{{ level | int > 5 }}",
+        "block": [
+            {
+                "name": "Shows under the block's no_log",
+                "ansible.builtin.debug": {"msg": "secret {{ level }}"},
+            }
+        ],
+    },
+    {
+        "name": "A loop that pauses, which goes to a worker",
+        "ansible.builtin.debug": {"msg": "{{ item }}"},
+        "loop": [1],
+        "loop_control": {"pause": 0.01},
+    },
+    {
         "name": "Records which process evaluates a false condition",
         "ansible.builtin.debug": {"msg": "never"},
         "when": "lookup('ansible.builtin.pipe', 'echo $PPID >> ' ~ pid_log ~ '; echo false') | bool",
@@ -107,7 +182,7 @@ HANDLERS = [
 ]
 
 
-def run(tmp: Path, strategy: str, *flags: str) -> tuple[dict[str, Any], list[str]]:
+def run(tmp: Path, strategy: str, *flags: str) -> tuple[dict[str, Any], list[str], list[str]]:
     role = tmp / "roles" / "probe"
     for folder, data in (
         ("vars", ROLE_VARS),
@@ -119,6 +194,20 @@ def run(tmp: Path, strategy: str, *flags: str) -> tuple[dict[str, Any], list[str
     (role / "tasks" / "never.yml").write_text(
         yaml.safe_dump([{"ansible.builtin.fail": {"msg": "never"}}])
     )
+    (role / "tasks" / "item.yml").write_text(
+        yaml.safe_dump([{"name": "Included", "ansible.builtin.debug": {"msg": "item {{ item }}"}}])
+    )
+    (role / "vars" / "one.yml").write_text(yaml.safe_dump({"probe_one": "{{ level }}"}))
+    (role / "vars" / "two.yml").write_text(yaml.safe_dump({"probe_three": 3}))
+    inner = tmp / "roles" / "probe_inner"
+    for folder, data in (
+        ("tasks", [{"name": "Inner", "ansible.builtin.debug": {"msg": "inner {{ probe_size }}"}}]),
+        ("defaults", {"probe_size": 4}),
+        ("meta", {"argument_specs": {"main": {"options": {"probe_size": {"type": "int"}}}}}),
+    ):
+        (inner / folder).mkdir(parents=True, exist_ok=True)
+        name = "argument_specs.yml" if folder == "meta" else "main.yml"
+        (inner / folder / name).write_text(yaml.safe_dump(data, sort_keys=False))
     inventory = {
         "all": {
             "hosts": HOSTS,
@@ -127,7 +216,9 @@ def run(tmp: Path, strategy: str, *flags: str) -> tuple[dict[str, Any], list[str
     }
     (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
     pid_log = tmp / f"pids-{strategy}.log"
-    pid_log.unlink(missing_ok=True)
+    run_log = tmp / f"ran-{strategy}.log"
+    for log in (pid_log, run_log):
+        log.unlink(missing_ok=True)
     play = [{"hosts": "all", "gather_facts": False, "roles": ["probe"]}]
     (tmp / "play.yml").write_text(yaml.safe_dump(play))
     env = dict(
@@ -146,6 +237,8 @@ def run(tmp: Path, strategy: str, *flags: str) -> tuple[dict[str, Any], list[str
             str(tmp / "inventory.yml"),
             "-e",
             f"pid_log={pid_log}",
+            "-e",
+            f"run_log={run_log}",
             *flags,
             str(tmp / "play.yml"),
         ],
@@ -156,7 +249,7 @@ def run(tmp: Path, strategy: str, *flags: str) -> tuple[dict[str, Any], list[str
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads(done.stdout), pid_log.read_text().split()
+    return json.loads(done.stdout), pid_log.read_text().split(), run_log.read_text().split()
 
 
 def results(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -172,11 +265,11 @@ def results(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 @pytest.mark.parametrize("flags", [(), ("--check",)], ids=["run", "check"])
-def test_every_result_is_linear_s_and_false_conditions_skip_in_the_main_process(
+def test_every_result_is_linear_s_and_controller_work_stays_in_the_main_process(
     tmp_path: Path, flags: tuple[str, ...]
 ) -> None:
-    theirs, their_pids = run(tmp_path, "linear", *flags)
-    ours, our_pids = run(tmp_path, "kubegpu.gpu.linear", *flags)
+    theirs, their_pids, their_runs = run(tmp_path, "linear", *flags)
+    ours, our_pids, our_runs = run(tmp_path, "kubegpu.gpu.linear", *flags)
     assert results(ours) == results(theirs)
     assert ours["stats"] == theirs["stats"]
     by_task = {(task, host): result for task, host, result in results(ours)}
@@ -190,11 +283,34 @@ def test_every_result_is_linear_s_and_false_conditions_skip_in_the_main_process(
     assert by_task[("Fails on the undefined variable", "h2")]["failed"] is True
     assert len(by_task[("A loop, each item with the condition", "h1")]["results"]) == 2
     assert ours["stats"]["h1"]["skipped"] > 0 and ours["stats"]["h2"]["changed"] == 0
+    assert by_task[("Shows the registered set_fact", "h3")]["probe_set"]["ansible_facts"] == {
+        "probe_two": 2
+    }
+    assert by_task[("Shows the loaded values", "h1")]["msg"] == "9 3"
+    assert len(by_task[("Loads values for each item", "h2")]["results"]) == 2
+    assert by_task[("Asserts per host", "h2")]["failed"] is True
+    assert by_task[("Asserts per host", "h1")].get("failed") is not True
+    assert by_task[("Fails on one host", "h2")]["msg"] == "low 1"
+    assert by_task[("Fails on one host", "h1")]["skipped"] is True
+    assert by_task[("Checks in one task", "h1")]["checked"] == 2
+    assert by_task[("Checks in one task", "h3")]["checked"] == 1
+    assert [r["msg"] for t, h, r in results(ours) if t == "Included" and h == "h1"] == [
+        "item 1",
+        "item 2",
+    ]
+    assert by_task[("Inner", "h2")]["msg"] == "inner 4"
+    assert by_task[("Shows under the block's no_log", "h2")]["msg"] == "secret 1"
+    assert "secret" not in json.dumps(by_task[("Shows under the block's no_log", "h1")])
     # ansible-core's linear evaluates the false condition in a worker per host; ours in the
     # one main process, for all three hosts.
     assert len(their_pids) == len(our_pids) == len(HOSTS)
     assert len(set(their_pids)) == len(HOSTS)
     assert len(set(our_pids)) == 1 and our_pids[0] not in their_pids
+    # A set_fact runs in a worker per host under ansible-core's linear, in the main process
+    # (the same one that skipped the false conditions) under ours.
+    assert len(their_runs) == len(our_runs) == len(HOSTS)
+    assert len(set(their_runs)) == len(HOSTS)
+    assert set(our_runs) == set(our_pids)
 
 
 def test_the_repository_ansible_cfg_uses_it() -> None:
