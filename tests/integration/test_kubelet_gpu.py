@@ -11,10 +11,12 @@ run reports changed=0. Bad inputs fail in the first task, before the host change
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -255,14 +257,25 @@ def merges(report: dict, node: str) -> list[dict]:
     ]
 
 
+@contextlib.contextmanager
+def put_on_node(
+    repo_root: Path, inventory: Path, tmp_path: Path, node: str, setup: str, cleanup: str, **values
+) -> Iterator[None]:
+    """Run the setup play on the node, then, whatever happens, the cleanup play."""
+    report = play(repo_root, inventory, tmp_path, setup.format(node=node), values)
+    try:
+        assert report["rc"] == 0, problem_tasks(report)
+        yield
+    finally:
+        play(repo_root, inventory, tmp_path, cleanup.format(node=node), {})
+
+
 @pytest.fixture
 def node_files(testbed, repo_root: Path, tmp_path: Path):
     inventory = _inventory(testbed)
     node = _node(inventory)
-    setup = play(repo_root, inventory, tmp_path, SETUP.format(node=node), {"files": FILES})
-    assert setup["rc"] == 0, problem_tasks(setup)
-    yield inventory, node
-    play(repo_root, inventory, tmp_path, CLEANUP.format(node=node), {})
+    with put_on_node(repo_root, inventory, tmp_path, node, SETUP, CLEANUP, files=FILES):
+        yield inventory, node
 
 
 def test_converge_keeps_old_settings_and_is_idempotent(
@@ -366,3 +379,102 @@ def test_bad_inputs_fail_before_the_host_changes(
         "does not have it and would refuse to start. Remove it.",
     ]
     assert read_files(repo_root, inventory, tmp_path, node, list(FILES)) == FILES
+
+
+# A stand-in for the k3s agent (the real one cannot run here): a unit named as k3s's agent that
+# only sleeps. k3s's first candidate, k3s.service, stays absent, so the handler must pick the
+# second one the node has.
+STAND_IN_UNIT = """\
+[Unit]
+Description=Stand-in for the k3s agent (kubegpu test double: sleeps)
+
+[Service]
+ExecStart=/bin/sleep infinity
+"""
+
+UNIT_SETUP = """\
+- name: Put a stand-in k3s agent unit on the node, started
+  hosts: "{node}"
+  gather_facts: false
+  tasks:
+    - name: Write the unit
+      ansible.builtin.copy:
+        dest: /etc/systemd/system/k3s-agent.service
+        content: "{{{{ unit }}}}"
+        mode: "0644"
+    - name: Start it
+      ansible.builtin.systemd_service:
+        name: k3s-agent.service
+        state: started
+        daemon_reload: true
+"""
+
+UNIT_CLEANUP = """\
+- name: Remove the stand-in k3s agent unit
+  hosts: "{node}"
+  gather_facts: false
+  tasks:
+    - name: Stop it
+      ansible.builtin.systemd_service:
+        name: k3s-agent.service
+        state: stopped
+      failed_when: false
+    - name: Remove its file
+      ansible.builtin.file:
+        path: /etc/systemd/system/k3s-agent.service
+        state: absent
+    - name: Reload systemd
+      ansible.builtin.systemd_service:
+        daemon_reload: true
+"""
+
+UNIT_READ = """\
+- name: Read the stand-in unit's state
+  hosts: "{node}"
+  gather_facts: false
+  tasks:
+    - name: Show its properties
+      ansible.builtin.command: systemctl show --property=ActiveState,MainPID k3s-agent.service
+      changed_when: false
+"""
+
+
+def unit_state(repo_root: Path, inventory: Path, tmp_path: Path, node: str) -> dict:
+    report = play(repo_root, inventory, tmp_path, UNIT_READ.format(node=node), {})
+    out = report["plays"][0]["tasks"][0]["hosts"][node]["stdout"]
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
+@pytest.fixture
+def stand_in_unit(node_files, repo_root: Path, tmp_path: Path):
+    inventory, node = node_files
+    with put_on_node(
+        repo_root, inventory, tmp_path, node, UNIT_SETUP, UNIT_CLEANUP, unit=STAND_IN_UNIT
+    ):
+        yield inventory, node
+
+
+def test_the_handler_restarts_the_unit_the_node_has(
+    stand_in_unit, repo_root: Path, tmp_path: Path
+) -> None:
+    inventory, node = stand_in_unit
+    before = unit_state(repo_root, inventory, tmp_path, node)
+    assert before["ActiveState"] == "active"
+    first = play(repo_root, inventory, tmp_path, CONVERGE.format(node=node), GOOD_VARS)
+    assert first["rc"] == 0, problem_tasks(first)
+    # kubeadm's kubelet.service is absent: reported. k3s's second candidate is there: restarted.
+    reports = [
+        r["msg"]
+        for r in task_results(first, node, "could not be restarted")
+        if not r.get("skipped")
+    ]
+    assert len(reports) == 1 and "has no kubelet.service unit to restart" in reports[0]
+    restarts = [
+        r for r in task_results(first, node, "Restart the kubelet's unit") if not r.get("skipped")
+    ]
+    assert [(r["name"], r["changed"]) for r in restarts] == [("k3s-agent.service", True)]
+    after = unit_state(repo_root, inventory, tmp_path, node)
+    assert after["ActiveState"] == "active" and after["MainPID"] != before["MainPID"]
+    second = play(repo_root, inventory, tmp_path, CONVERGE.format(node=node), GOOD_VARS)
+    assert second["rc"] == 0 and second["stats"][node]["changed"] == 0
+    assert unit_state(repo_root, inventory, tmp_path, node)["MainPID"] == after["MainPID"]
