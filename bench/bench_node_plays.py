@@ -338,6 +338,8 @@ def make_configs(names: Sequence[str], workdir: Path, facts: Path) -> dict[str, 
         "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
         # The compiled Jinja code of kubegpu.gpu.jinja_code_cache, filled by the converges.
         "KUBEGPU_JINJA_CODE_CACHE_DIR": str(workdir / "jinja-code"),
+        # kubegpu.gpu.ansiballz_bytecode's compiled module_utils, filled the same way.
+        "KUBEGPU_ANSIBALLZ_BYTECODE_CACHE_DIR": str(workdir / "ansiballz-bytecode"),
         "ANSIBLE_NOCOLOR": "1",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
     }
@@ -441,7 +443,23 @@ def content_at(ref: str, workdir: Path) -> Path:
         check=True,
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
-    shutil.copy2(REPO / "ansible.cfg", root / "ansible.cfg")
+    # The working tree's ansible.cfg, less the collection's callbacks that the content at ref
+    # does not have yet (ansible-core would skip them with a warning).
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(REPO / "ansible.cfg")
+    enabled = [n.strip() for n in callbacks_enabled_in(REPO / "ansible.cfg").split(",")]
+    kept = [
+        n
+        for n in enabled
+        if n
+        and (
+            not n.startswith("kubegpu.gpu.")
+            or (root / "plugins/callback" / f"{n.rpartition('.')[2]}.py").is_file()
+        )
+    ]
+    parser.set("defaults", "callbacks_enabled", ", ".join(kept))
+    with (root / "ansible.cfg").open("w") as handle:
+        parser.write(handle)
     return root
 
 
