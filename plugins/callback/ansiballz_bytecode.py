@@ -24,9 +24,12 @@ description:
     ignores the C(.pyc) files and compiles the sources as before; the payload is only larger.
   - The code objects are kept in a per-user folder keyed by a SHA-256 of the file's name and
     source, so later runs do not compile them again on the controller either.
-  - The bytecode's file names are the paths inside the payload (for example
-    C(ansible/module_utils/basic.py)), where zipimport would name the temporary zip on the
-    node; tracebacks from these files say so.
+  - The bytecode's file names are the paths inside the payload under C(/<AnsiballZ payload>/)
+    (for example C(/<AnsiballZ payload>/ansible/module_utils/basic.py)), where zipimport would
+    name the temporary zip on the node; tracebacks from these files say so (their source lines
+    still show). A deprecation that a module_utils file of a collection raises is still
+    attributed to that collection; one that ansible-core's own module_utils raise without
+    naming who deprecates is attributed to no one instead of to ansible-core.
   - Payloads built while an AnsiballZ extension (a debugger or coverage) is on are left as
     ansible-core builds them.
   - kubegpu's ansible.cfg enables it (C(callbacks_enabled)); bench/bench_node_plays.py
@@ -72,7 +75,10 @@ from ansible.plugins.callback import CallbackBase
 from ansible.release import __version__ as ANSIBLE_VERSION
 from ansible_collections.kubegpu.gpu.plugins.plugin_utils.code_cache import CodeCache
 
-FORMAT = "1"
+FORMAT = "2"
+# What the bytecode's file names start with: a path (ansible-core finds a collection's name in a
+# deprecating frame's file name after a '/'), and one that says what it stands for.
+PAYLOAD_PREFIX = "/<AnsiballZ payload>/"
 # PEP 552: the flags word of a hash-based .pyc that the importer does not check against the
 # source (bit 0: hash-based; bit 1, check_source, clear).
 UNCHECKED_HASH_FLAGS = (0b01).to_bytes(4, "little")
@@ -96,7 +102,7 @@ def compiled(name: str, source: bytes, cache: CodeCache) -> types.CodeType:
     if code is None:
         # As zipimport compiles a source: not inheriting this module's __future__ flags, and
         # at optimization level 0 (asserts kept), as a node's python3 runs by default.
-        code = compile(source, name, "exec", dont_inherit=True, optimize=0)
+        code = compile(source, PAYLOAD_PREFIX + name, "exec", dont_inherit=True, optimize=0)
         cache.put(key, code)
     return code
 

@@ -208,7 +208,9 @@ def test_bytecode_is_the_source_s_and_another_python_falls_back_to_the_source(
         assert data[4:8] == (1).to_bytes(4, "little")  # hash-based, unchecked
         assert data[8:16] == importlib.util.source_hash(zf.read(name))
         expected = compile(zf.read(name), name, "exec", dont_inherit=True, optimize=0)
-        assert marshal.loads(data[16:]).co_code == expected.co_code
+        code = marshal.loads(data[16:])
+        assert code.co_code == expected.co_code
+        assert code.co_filename == "/<AnsiballZ payload>/" + name
     assert imports_basic(built, tmp_path) == []
 
     # A Python of another bytecode version: its zipimport refuses the .pyc and compiles.
