@@ -52,6 +52,8 @@ from ansible._internal import _task
 from ansible.executor.task_executor import TaskExecutor
 from ansible.executor.task_result import _RawTaskResult
 from ansible.plugins import loader as plugin_loader
+from ansible.plugins.cache import BaseFileCacheModule
+from ansible.plugins.cache.memory import CacheModule as MemoryCache
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
 
 
@@ -74,11 +76,57 @@ _IN_MAIN = frozenset(
 )
 
 
+class _DecodedFacts:
+    """The fact cache, each host's facts decoded once. ansible-core keeps them encoded (JSON
+    with its type tags) and decodes a host's on every variable lookup of every task, also with
+    the jsonfile and memory plugins, which hold them in memory for the whole run anyway.
+    Callers never change what get returns (the variable manager copies the facts it uses,
+    and set_host_facts stores its update with set, which drops the decoded copy)."""
+
+    def __init__(self, wrapped: t.Any) -> None:
+        self._wrapped = wrapped
+        self._decoded: dict[str, t.Any] = {}
+
+    @staticmethod
+    def applies_to(cache: t.Any) -> bool:
+        """Only for the plugins that keep what they loaded for the whole run."""
+        plugin = getattr(cache, "__wrapped__", None)
+        return isinstance(plugin, (BaseFileCacheModule, MemoryCache))
+
+    def get(self, key: str) -> t.Any:
+        if key not in self._decoded:
+            self._decoded[key] = self._wrapped.get(key)
+        return self._decoded[key]
+
+    def set(self, key: str, value: t.Any) -> None:
+        self._decoded.pop(key, None)
+        self._wrapped.set(key, value)
+
+    def delete(self, key: str) -> None:
+        self._decoded.pop(key, None)
+        self._wrapped.delete(key)
+
+    def flush(self) -> None:
+        self._decoded.clear()
+        self._wrapped.flush()
+
+    def __getattr__(self, name: str) -> t.Any:
+        if name.startswith("__") or name == "_wrapped":
+            raise AttributeError(name)
+        return getattr(self._wrapped, name)
+
+
 class _WouldRun(BaseException):
     """The condition holds: the probe stops before the task does anything."""
 
 
 class StrategyModule(LinearStrategyModule):
+    def __init__(self, tqm: t.Any) -> None:
+        super().__init__(tqm)
+        manager = self._variable_manager
+        if _DecodedFacts.applies_to(getattr(manager, "_fact_cache", None)):
+            manager._fact_cache = _DecodedFacts(manager._fact_cache)
+
     def _queue_task(self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any) -> None:
         # What ansible-core's _queue_task records for a worker, before anything runs: the
         # results thread looks the task up there for every result and every loop item's

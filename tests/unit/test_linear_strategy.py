@@ -101,6 +101,19 @@ ROLE_TASKS: list[dict[str, Any]] = [
         },
     },
     {
+        "name": "Caches a fact",
+        "ansible.builtin.set_fact": {"probe_cached": "{{ level }}", "cacheable": True},
+    },
+    {
+        "name": "Updates the cached fact where the level is high",
+        "ansible.builtin.set_fact": {"probe_cached": "{{ level | int + 1 }}", "cacheable": True},
+        "when": "level | int > 5",
+    },
+    {
+        "name": "Reads the cached fact",
+        "ansible.builtin.debug": {"msg": "{{ probe_cached }} {{ ansible_facts['probe_cached'] }}"},
+    },
+    {
         "name": "Registers a set_fact",
         "ansible.builtin.set_fact": {"probe_two": 2},
         "register": "probe_set",
@@ -226,6 +239,8 @@ def run(tmp: Path, strategy: str, *flags: str) -> tuple[dict[str, Any], list[str
         ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
         ANSIBLE_ROLES_PATH=str(tmp / "roles"),
         ANSIBLE_STRATEGY=strategy,
+        # The fact cache of this run alone (the plays cache facts).
+        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp / f"facts-{strategy}"),
         ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
         ANSIBLE_NOCOLOR="1",
@@ -287,6 +302,8 @@ def test_every_result_is_linear_s_and_controller_work_stays_in_the_main_process(
         "probe_two": 2
     }
     assert by_task[("Shows the loaded values", "h1")]["msg"] == "9 3"
+    assert by_task[("Reads the cached fact", "h1")]["msg"] == "10 10"
+    assert by_task[("Reads the cached fact", "h2")]["msg"] == "1 1"
     assert len(by_task[("Loads values for each item", "h2")]["results"]) == 2
     assert by_task[("Asserts per host", "h2")]["failed"] is True
     assert by_task[("Asserts per host", "h1")].get("failed") is not True
