@@ -33,6 +33,8 @@ description:
   - The main process runs these one host after another; a worker for each would run them side
     by side on a controller with cores to spare. They are cheap (templating, no I/O), and the
     saved fork is the larger cost.
+  - With the C(jsonfile) or C(memory) fact cache, which hold the cached facts in memory for
+    the whole run anyway, each host's facts are decoded once per run instead of for every task.
   - Callbacks that treat only ansible-core's C(linear) and C(debug) as lockstep strategies
     by name, such as C(ansible.posix.json), group results by host under this one, as they do
     under any other strategy.
