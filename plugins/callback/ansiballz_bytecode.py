@@ -142,18 +142,13 @@ class _WithBytecode:
         self._zf.writestr(info, pyc(code, source))
 
 
-class Installed(t.NamedTuple):
-    cache: CodeCache
-    recursive_finder: t.Callable[..., t.Any]
-
-
-_installed: Installed | None = None
+_installed = False
 
 
 def install(cache: CodeCache) -> bool:
     """Put the bytecode into the payloads that module_common builds from now on."""
     global _installed
-    if _installed is not None or not hasattr(module_common, "_make_zinfo"):
+    if _installed or not hasattr(module_common, "_make_zinfo"):
         return False
     original = module_common.recursive_finder
 
@@ -171,7 +166,7 @@ def install(cache: CodeCache) -> bool:
         return original(name, module_fqn, module_data, payload, date_time, extension_manager)
 
     module_common.recursive_finder = recursive_finder
-    _installed = Installed(cache, original)
+    _installed = True
     return True
 
 
@@ -183,7 +178,7 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_start(self, playbook: t.Any) -> None:
         # In the main process, before any worker forks and builds a payload.
-        if _installed is not None:  # a second playbook in the same process
+        if _installed:  # a second playbook in the same process
             return
         cache = CodeCache.for_option(self.get_option("cache_dir"), version_tag())
         if install(cache):
