@@ -447,7 +447,9 @@ def content_at(ref: str, workdir: Path) -> Path:
     # does not have yet (ansible-core would skip them with a warning).
     parser = configparser.ConfigParser(interpolation=None)
     parser.read(REPO / "ansible.cfg")
-    enabled = [n.strip() for n in callbacks_enabled_in(REPO / "ansible.cfg").split(",")]
+    enabled = [
+        n.strip() for n in parser.get("defaults", "callbacks_enabled", fallback="").split(",")
+    ]
     kept = [
         n
         for n in enabled
