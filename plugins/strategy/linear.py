@@ -183,8 +183,10 @@ class StrategyModule(LinearStrategyModule):
         # The whole task, as a worker would run it, on a copy of it and of its parent blocks:
         # the executor's post_validate writes templated values into the task and its parents,
         # which a worker does on its own forked copy. The play context is copied by the
-        # executor itself before it changes it.
-        own = task.copy()
+        # executor itself before it changes it. The parents are copied without their task
+        # lists (a task's copy otherwise copies every task of its block), which the executor
+        # never reads: includes come back as results, and loops copy the task alone.
+        own = task.copy(exclude_tasks=True)
         with _task.TaskContext(own):
             result = self._executor(host, own, task_vars, play_context).run()
         return result, own.dump_attrs()
