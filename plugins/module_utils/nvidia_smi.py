@@ -694,8 +694,9 @@ def query(run, nvidia_smi, with_list=True):
     return result
 
 
-def resolve_nvidia_smi(given, path_env, exists=os.path.exists):
-    """Which nvidia-smi to run: (path, failure, error).
+def resolve_nvidia_smi(given, path_env, exists=os.path.exists, is_executable=None):
+    """Which nvidia-smi to run: (path, failure, error). exists and is_executable (see
+    find_nvidia_smi) answer for the host; the defaults look at this one.
 
     error is a message about bad input (a relative path); failure is describe_failure() for an
     nvidia-smi that is not there (a finding about the host, not bad input).
@@ -713,16 +714,16 @@ def resolve_nvidia_smi(given, path_env, exists=os.path.exists):
         if not exists(given):
             return None, describe_failure("%s: No such file or directory" % given, 127), None
         return given, None, None
-    found = find_nvidia_smi(path_env)
+    found = find_nvidia_smi(path_env, is_executable=is_executable)
     if not found:
         message = "nvidia-smi: not found on PATH, in /usr/bin or in /usr/local/nvidia/bin"
         return None, describe_failure(message, 127), None
     return found, None, None
 
 
-def run_query(run, given, path_env):
+def run_query(run, given, path_env, exists=os.path.exists, is_executable=None):
     """resolve_nvidia_smi() then query(): (result, path, error)."""
-    path, failure, error = resolve_nvidia_smi(given, path_env)
+    path, failure, error = resolve_nvidia_smi(given, path_env, exists, is_executable)
     if error:
         return None, None, error
     if failure:

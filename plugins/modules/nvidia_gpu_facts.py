@@ -61,6 +61,11 @@ notes:
     deprecated are returned as V(null).
   - When the nvidia-smi that answered is kubegpu's simulated one (used in tests, replaying a
     real capture), the facts say C(simulated=true) and the task warns about it.
+  - When the connection pipelines (pipelining on, and a connection and become method that
+    support it), the module's action plugin reads the node with one C(sh) script instead (which
+    nvidia-smi is there, its C(-q -x) output and the kernel module's version) and runs this
+    module's code on the controller, so the node starts no Python. The facts are the same;
+    otherwise, or when an option holds C(~) or C($) for the node to expand, the module runs.
 seealso:
   - module: kubegpu.gpu.gpu_node_readiness
 author:

@@ -62,6 +62,11 @@ attributes:
 notes:
   - Generations come from device-id ranges (see module_utils/nvidia_driver.py for sources); the
     boundary that decides open versus proprietary (0x1E00, Turing) is exact.
+  - When the connection pipelines (pipelining on, and a connection and become method that
+    support it), the module's action plugin reads the same files with one C(sh) script instead
+    and runs this module's code (module_utils/nvidia_pci.py) on the controller, so the node
+    starts no Python. The facts are the same; otherwise, or when a path holds C(~) or C($) for
+    the node to expand, the module runs.
 """
 
 EXAMPLES = r"""
@@ -152,176 +157,41 @@ ansible_facts:
       secure_boot: {state: disabled, source: efivars}
 """
 
-import hashlib
 import os
-import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubegpu.gpu.plugins.module_utils import nvidia_driver as nd
-from ansible_collections.kubegpu.gpu.plugins.module_utils.nvidia_smi import (
-    NvidiaParseError,
-    parse_proc_version,
-)
+from ansible_collections.kubegpu.gpu.plugins.module_utils import nvidia_pci as pci
 
-SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
-
-
-def _read(path, binary=False):
-    try:
-        with open(path, "rb" if binary else "r") as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
-
-
-def _below(root, path):
-    return os.path.join(root, path.lstrip("/"))
+SECURE_BOOT_VAR = pci.SECURE_BOOT_VAR
+summarise = pci.summarise
+read_file_state = pci.file_state
 
 
 def read_functions(root):
-    """NVIDIA PCI functions under <root>/sys/bus/pci/devices, sorted by address."""
-    base = _below(root, "/sys/bus/pci/devices")
-    try:
-        names = sorted(os.listdir(base))
-    except OSError:
-        return []
-    functions = []
-    for name in names:
-        path = os.path.join(base, name)
-        vendor = (_read(os.path.join(path, "vendor")) or "").strip()
-        pci_class = (_read(os.path.join(path, "class")) or "").strip()
-        if not vendor or not pci_class:
-            continue
-        try:
-            kind = nd.classify_pci_function(vendor, pci_class)
-        except nd.DriverInputError:
-            continue
-        if kind is None:
-            continue
-        device = nd.parse_hex_id((_read(os.path.join(path, "device")) or "0").strip())
-        driver_link = os.path.join(path, "driver")
-        driver = os.path.basename(os.readlink(driver_link)) if os.path.islink(driver_link) else None
-        entry = {
-            "address": name,
-            "device_id": "0x%04x" % device,
-            "class": pci_class,
-            "kind": kind,
-            "driver": driver,
-            "subsystem_vendor": (_read(os.path.join(path, "subsystem_vendor")) or "").strip(),
-            "subsystem_device": (_read(os.path.join(path, "subsystem_device")) or "").strip(),
-        }
-        functions.append(entry)
-    return functions
-
-
-def read_secure_boot(module, root):
-    efi = _below(root, "/sys/firmware/efi")
-    if not os.path.isdir(efi):
-        return {"state": "unsupported", "source": "no EFI firmware (legacy boot)"}
-    value = nd.parse_efivar_secureboot(
-        _read(os.path.join(efi, "efivars", SECURE_BOOT_VAR), binary=True)
-    )
-    if value is not None:
-        return {"state": "enabled" if value else "disabled", "source": "efivars"}
-    mokutil = module.get_bin_path("mokutil") if root == "/" else None
-    if mokutil:
-        _rc, out, err = module.run_command(
-            [mokutil, "--sb-state"], environ_update={"LC_ALL": "C"}, check_rc=False
-        )
-        return {"state": nd.parse_mokutil_sb_state(out + err), "source": "mokutil"}
-    return {"state": "unknown", "source": "EFI variable unreadable and no mokutil"}
+    return pci.read_functions(root, pci.LocalReader())
 
 
 def read_modules(root):
-    text = _read(_below(root, "/proc/modules"))
-    names = nd.loaded_modules(text) if text is not None else set()
-    sys_module = _below(root, "/sys/module")
-    return {
-        "readable": text is not None,
-        "nouveau": "nouveau" in names or os.path.isdir(os.path.join(sys_module, "nouveau")),
-        "nvidia": "nvidia" in names or os.path.isdir(os.path.join(sys_module, "nvidia")),
-    }
+    return pci.read_modules(root, pci.LocalReader())
 
 
-def read_loaded_driver(root):
-    text = _read(_below(root, "/proc/driver/nvidia/version"))
-    if text is None:
-        return None
-    try:
-        parsed = parse_proc_version(text)
-    except NvidiaParseError:
-        return None
-    return {"version": parsed["version"], "flavor": parsed["flavor"]}
+def read_secure_boot(module, root):
+    return pci.read_secure_boot(root, pci.LocalReader(), mokutil_of(module))
 
 
-def summarise(functions, product_name, requested, branch):
-    gpus = []
-    for function in functions:
-        if function["kind"] != "gpu":
-            continue
-        gpu = nd.describe_gpu(function["device_id"])
-        gpu["address"] = function["address"]
-        gpu["driver"] = function["driver"]
-        gpus.append(gpu)
-    nvswitch_count = sum(1 for f in functions if f["kind"] == "nvswitch")
-    present = {g["generation"] for g in gpus}
-    facts = {
-        "functions": functions,
-        "gpus": gpus,
-        "gpu_count": len(gpus),
-        "nvswitch_count": nvswitch_count,
-        "generations": [g for g in nd.GENERATION_ORDER if g in present],
-        "product_name": product_name,
-        "fabricmanager_needed": nd.needs_fabricmanager(nvswitch_count, product_name),
-        "problems": [],
-    }
-    if requested:
-        decision = {"requested": requested, "effective": None, "reason": ""}
-        try:
-            effective, reason = nd.choose_module_type(requested, gpus, branch)
-            decision.update(effective=effective, reason=reason)
-        except nd.DriverInputError as exc:
-            facts["problems"].append(str(exc))
-        facts["kernel_module_type"] = decision
-    if branch:
-        try:
-            facts["problems"].extend(nd.generation_problems(gpus, branch))
-        except nd.DriverInputError as exc:
-            facts["problems"].append(str(exc))
-    return facts
+def mokutil_of(module):
+    """mokutil --sb-state's output (stdout then stderr), or None without mokutil."""
 
+    def run():
+        path = module.get_bin_path("mokutil")
+        if not path:
+            return None
+        _rc, out, err = module.run_command(
+            [path, "--sb-state"], environ_update={"LC_ALL": "C"}, check_rc=False
+        )
+        return out + err
 
-def read_file_state(path):
-    """Type, mode, owner and (for a file) SHA-256 of path, or None when nothing is there."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    if stat.S_ISLNK(info.st_mode):
-        kind = "link"
-    elif stat.S_ISREG(info.st_mode):
-        kind = "file"
-    elif stat.S_ISDIR(info.st_mode):
-        kind = "directory"
-    else:
-        kind = "other"
-    state = {
-        "type": kind,
-        "mode": "%04o" % stat.S_IMODE(info.st_mode),
-        "uid": info.st_uid,
-        "gid": info.st_gid,
-    }
-    if kind == "file":
-        digest = hashlib.sha256()
-        try:
-            with open(path, "rb") as handle:
-                for block in iter(lambda: handle.read(65536), b""):
-                    digest.update(block)
-        except (IOError, OSError):
-            state["type"] = "other"
-        else:
-            state["sha256"] = digest.hexdigest()
-    return state
+    return run if module is not None else None
 
 
 def main():
@@ -338,20 +208,19 @@ def main():
     root = module.params["host_root"]
     if not os.path.isdir(root):
         module.fail_json(msg="host_root %s is not a directory" % root)
-    functions = read_functions(root)
-    product = (_read(_below(root, "/sys/class/dmi/id/product_name")) or "").strip()
-    facts = summarise(
-        functions, product, module.params["kernel_module_type"], module.params["branch"]
-    )
-    facts["modules"] = read_modules(root)
-    facts["loaded_driver"] = read_loaded_driver(root)
-    facts["secure_boot"] = read_secure_boot(module, root)
     relative = [path for path in module.params["file_states"] if not os.path.isabs(path)]
     if relative:
         module.fail_json(
             msg="file_states takes absolute paths; these are not: %s" % ", ".join(relative)
         )
-    file_states = dict((path, read_file_state(path)) for path in module.params["file_states"])
+    facts, file_states = pci.gather(
+        root,
+        pci.LocalReader(),
+        module.params["kernel_module_type"],
+        module.params["branch"],
+        module.params["file_states"],
+        mokutil_of(module),
+    )
     module.exit_json(changed=False, ansible_facts={"nvidia_pci": facts}, file_states=file_states)
 
 

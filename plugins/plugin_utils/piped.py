@@ -2,16 +2,29 @@
 # Copyright: kubegpu contributors
 # Apache License 2.0 (see LICENSE)
 """A sh script run on the node through the task's connection, without a module: no Python, no
-AnsiballZ payload and no temporary files there (kubegpu.gpu.read_script)."""
+AnsiballZ payload and no temporary files there (kubegpu.gpu.read_script and the fact actions
+that read the node this way)."""
 
 from __future__ import annotations
 
+import base64
 import typing as t
+
+from ansible.utils.display import Display
+
+display = Display()
 
 # The command the node runs: sh reads the whole script from stdin first (the command
 # substitution is expanded before the redirection applies), then evaluates it with stdin on
 # /dev/null, so that a command in the script that reads stdin cannot eat the rest of the script.
 RUNNER = 'eval "$(cat)" </dev/null'
+
+
+# What the fact actions' scripts start with: they print paths and file contents through
+# base64 (a node without it fails the script, and the module answers instead).
+B64_HELPERS = """command -v base64 >/dev/null || exit 3
+b64() { printf '%s' "$1" | base64 -w0; }
+"""
 
 
 def can_pipe(action: t.Any) -> bool:
@@ -37,3 +50,34 @@ def run_script(
     )
     return {"rc": done["rc"], "stdout": done["stdout"], "stderr": done["stderr"]}
 
+
+class Unanswered(LookupError):
+    """The module's code asked the node something the script did not read: the action runs
+    the module instead."""
+
+
+def b64_text(encoded: str) -> str:
+    """What the script printed through `base64 -w0`, as text (undecodable bytes kept as
+    surrogates, as a module reads them)."""
+    return base64.b64decode(encoded).decode("utf-8", "surrogateescape")
+
+
+def answer_or_run_module(
+    action: t.Any,
+    task_vars: dict[str, t.Any] | None,
+    node_paths: t.Iterable[str],
+    answer: t.Callable[[], dict[str, t.Any]],
+) -> dict[str, t.Any]:
+    """answer() (which reads the node with run_script() and runs the module's code here) where
+    the connection pipelines; the module itself otherwise, for a path the node must expand (~
+    or $), and when answer() raises ValueError (the read failed, or printed what it should
+    not) or Unanswered."""
+    if not can_pipe(action) or any(c in path for path in node_paths for c in "~$"):
+        return action._execute_module(task_vars=task_vars)
+    try:
+        return answer()
+    except (ValueError, Unanswered) as exc:
+        display.vvv(
+            f"{action._task.action}: the piped read did not do ({exc!r}); running the module"
+        )
+        return action._execute_module(task_vars=task_vars)
