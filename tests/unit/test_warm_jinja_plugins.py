@@ -12,8 +12,14 @@ import importlib.util
 import os
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import pytest
+from ansible._internal._templating import _jinja_plugins
+from ansible.errors import AnsibleError
+from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import filter_loader, init_plugin_loader, test_loader
+from ansible.template import Templar, trust_as_template
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN = REPO / "plugins" / "callback" / "warm_jinja_plugins.py"
@@ -56,3 +62,54 @@ def test_the_repository_ansible_cfg_enables_it() -> None:
     enabled = [name.strip() for name in config.get("defaults", "callbacks_enabled").split(",")]
     assert "kubegpu.gpu.warm_jinja_plugins" in enabled
     assert _plugin().CallbackModule.CALLBACK_NAME == "kubegpu.gpu.warm_jinja_plugins"
+
+
+def test_filter_and_test_lookups_are_shared_among_environments(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    init_plugin_loader()
+    plugin = _plugin()
+    # Installed for this test only: monkeypatch puts ansible-core's own method back.
+    monkeypatch.setattr(
+        _jinja_plugins.JinjaPluginIntercept,
+        "__getitem__",
+        _jinja_plugins.JinjaPluginIntercept.__getitem__,
+    )
+    monkeypatch.setattr(plugin, "_shared", {})
+    plugin.share_plugin_lookups()
+    looked_up: list[str] = []
+    real_get = filter_loader.get
+
+    def counting_get(name: str, *args: Any, **kwargs: Any) -> Any:
+        looked_up.append(name)
+        return real_get(name, *args, **kwargs)
+
+    monkeypatch.setattr(filter_loader, "get", counting_get)
+
+    def render(template: str) -> Any:
+        # A new Templar per call: a new Jinja environment, as ansible-core makes per task.
+        templar = Templar(loader=DataLoader(), variables={"x": [3, 1, 2]})
+        return templar.template(trust_as_template(template))
+
+    assert render("{{ x | sort | first }}") == 1
+    assert sorted(looked_up) == ["first", "sort"]
+    assert render("{{ x | sort | last }}") == 3
+    assert sorted(looked_up) == ["first", "last", "sort"]  # sort came from the shared table
+    # An unknown name is never kept: each environment looks it up and fails the same way.
+    for _ in range(2):
+        with pytest.raises(AnsibleError, match="kg_shout"):
+            render("{{ 'a' | kg_shout }}")
+    assert looked_up.count("kg_shout") == 2
+    # A plugin folder added later (a role's filter_plugins) starts the shared table over, so
+    # a name is found as ansible-core would find it with that folder. (The loader's folder list
+    # is put back after the test.)
+    (tmp_path / "shout.py").write_text(
+        "class FilterModule:\n"
+        "    def filters(self):\n"
+        "        return {'kg_shout': lambda s: s.upper() + '!'}\n"
+    )
+    monkeypatch.setattr(filter_loader, "_extra_dirs", list(filter_loader._extra_dirs))
+    filter_loader.add_directory(str(tmp_path))
+    assert render("{{ 'a' | kg_shout }}") == "A!"
+    assert render("{{ x | sort | first }}") == 1
+    assert looked_up.count("sort") == 2
