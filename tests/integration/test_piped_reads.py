@@ -1,0 +1,122 @@
+"""The piped reads (kubegpu.gpu.read_script and the fact actions) over SSH with become, as an
+operator connects: a user with sudo, not root.
+
+On a testbed node, a user with passwordless sudo is made for the test (and removed after it).
+Through that user, `become` must run the script as root (sudo wraps the piped sh as it wraps a
+pipelined module); without become, as the user. nvidia_pci_facts must return over sudo, with no
+Python on the node, the facts the module returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.integration]
+
+REPO = Path(__file__).resolve().parents[2]
+USER = "kgpiped"
+
+
+def _ansible(testbed: Any, *args: str) -> tuple[int, dict[str, Any]]:
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_CACHE_PLUGIN="memory",
+    )
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible"),
+            "-i",
+            str(testbed.inventory),
+            testbed.node_names[0],
+            *args,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"no JSON from ansible: {proc.stdout[-2000:]} {proc.stderr[-2000:]}")
+    result: dict[str, Any] = report["plays"][0]["tasks"][0]["hosts"][testbed.node_names[0]]
+    return proc.returncode, result
+
+
+@pytest.fixture(scope="module")
+def sudo_user(testbed: Any) -> Iterator[str]:
+    setup = (
+        f"id {USER} >/dev/null 2>&1 || useradd -m -s /bin/sh {USER}; "
+        f"install -d -o {USER} -m 0700 /home/{USER}/.ssh; "
+        f"install -o {USER} -m 0600 /root/.ssh/authorized_keys /home/{USER}/.ssh/; "
+        f"echo '{USER} ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/{USER}; "
+        f"chmod 0440 /etc/sudoers.d/{USER}"
+    )
+    rc, result = _ansible(testbed, "-m", "ansible.builtin.raw", "-a", setup)
+    assert rc == 0, result
+    try:
+        yield USER
+    finally:
+        _ansible(
+            testbed,
+            "-m",
+            "ansible.builtin.raw",
+            "-a",
+            f"rm -f /etc/sudoers.d/{USER}; userdel -r {USER}",
+        )
+
+
+def test_become_runs_the_piped_script_as_root(testbed: Any, sudo_user: str) -> None:
+    script = {
+        "script": 'id -un; printf "%s\\n" "$1"; cat /etc/sudoers.d/"$2"',
+        "argv": ["a b", sudo_user],
+    }
+    as_user = ("-e", f"ansible_user={sudo_user}", "-m", "kubegpu.gpu.read_script")
+    rc, result = _ansible(testbed, *as_user, "-b", "-a", json.dumps(script))
+    assert rc == 0, result
+    assert result["stdout_lines"] == ["root", "a b", f"{sudo_user} ALL=(ALL) NOPASSWD: ALL"]
+    # Without become the script runs as the user, who may not read sudoers.
+    rc, result = _ansible(testbed, *as_user, "-a", json.dumps(script))
+    assert rc != 0
+    assert result["stdout_lines"] == [sudo_user, "a b"]
+    assert "Permission denied" in result["stderr"]
+
+
+def test_pci_facts_over_sudo_without_python_equal_the_module(testbed: Any, sudo_user: str) -> None:
+    args = json.dumps(
+        {
+            "kernel_module_type": "auto",
+            "branch": "580",
+            "file_states": [f"/etc/sudoers.d/{sudo_user}"],
+        }
+    )
+    common = (
+        "-e",
+        f"ansible_user={sudo_user}",
+        "-b",
+        "-m",
+        "kubegpu.gpu.nvidia_pci_facts",
+        "-a",
+        args,
+    )
+    rc, piped = _ansible(testbed, *common, "-e", "ansible_python_interpreter=/nonexistent/python3")
+    assert rc == 0, piped
+    rc, module = _ansible(testbed, *common, "-e", "ansible_pipelining=false")
+    assert rc == 0, module
+    assert piped["ansible_facts"] == module["ansible_facts"]
+    assert piped["file_states"] == module["file_states"]
+    state = piped["file_states"][f"/etc/sudoers.d/{sudo_user}"]
+    assert (state["type"], state["mode"], state["uid"]) == ("file", "0440", 0)
