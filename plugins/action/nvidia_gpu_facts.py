@@ -193,13 +193,7 @@ class ActionModule(ActionBase):
         if error:
             return {"failed": True, "msg": error}
         facts = nvidia_smi.gpu_facts(outcome, path, answers.proc_version)
-        warnings = []
-        if facts["simulated"]:
-            warnings.append(
-                "%s is kubegpu's SIMULATED nvidia-smi replaying a real capture: these GPUs are "
-                "not on this host" % facts["nvidia_smi"]
-            )
-        warnings.extend(facts["notes"])
+        warnings = nvidia_smi.fact_warnings(facts)
         done: dict[str, t.Any] = {"changed": False, "ansible_facts": {"kubegpu_gpus": facts}}
         if warnings:
             done["warnings"] = warnings

@@ -26,7 +26,8 @@ from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
     run_script,
 )
 
-# $1 host_root, $2 "1" to ask mokutil (host_root is /), then the file_states paths. Per PCI
+# $1 host_root, $2 "1" to ask mokutil (host_root is /), $3 the Secure Boot EFI variable's
+# name, then the file_states paths. Per PCI
 # function "d NAME ATTR VALUE" (the attribute's first line, read by the shell itself: no process
 # per file) or "dn NAME ATTR" (unreadable), and "l NAME TARGET" or "ln NAME" for the driver
 # link; "file KEY B64", "nofile KEY", "dir KEY 0|1", "mokutil B64", "nomokutil" and
@@ -34,8 +35,8 @@ from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
 _SCRIPT = (
     B64_HELPERS
     + r"""
-root=${1%/} ask_mokutil=$2
-shift 2
+root=${1%/} ask_mokutil=$2 secure_boot_var=$3
+shift 3
 [ -d "${root:-/}" ] && echo 'root 1' || echo 'root 0'
 file() {
   if [ -f "$2" ] && [ -r "$2" ]; then printf 'file %s %s\n' "$1" "$(base64 -w0 < "$2")"
@@ -75,7 +76,7 @@ file version "$root/proc/driver/nvidia/version"
 dir nouveau "$root/sys/module/nouveau"
 dir nvidia "$root/sys/module/nvidia"
 dir efi "$root/sys/firmware/efi"
-efivar=$root/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c
+efivar=$root/sys/firmware/efi/efivars/$secure_boot_var
 if [ -d "$root/sys/firmware/efi" ]; then
   file efivar "$efivar"
   if [ "$ask_mokutil" = 1 ] && ! [ -r "$efivar" ]; then
@@ -113,7 +114,6 @@ class _Answers:
     """A reader for module_utils/nvidia_pci.py that answers from what the script read."""
 
     def __init__(self, stdout: str, root: str) -> None:
-        self.root = root
         self.root_is_dir = False
         self._files: dict[str, str | None] = {}
         self._binary: dict[str, bytes | None] = {}
@@ -230,7 +230,8 @@ class ActionModule(ActionBase):
         paths = args["file_states"]
 
         def answer() -> dict[str, t.Any]:
-            done = run_script(self, _SCRIPT, [root, "1" if root == "/" else "0", *paths])
+            ask_mokutil = "1" if root == "/" else "0"
+            done = run_script(self, _SCRIPT, [root, ask_mokutil, pci.SECURE_BOOT_VAR, *paths])
             if done["rc"] != 0:
                 raise ValueError(f"rc {done['rc']}: {done['stderr']}")
             return self._facts(_Answers(done["stdout"], root), args)

@@ -763,6 +763,17 @@ def gpu_facts(result, path, proc_version_text):
     }
 
 
+def fact_warnings(facts):
+    """What the task warns about for gpu_facts(): a SIMULATED nvidia-smi, then the notes."""
+    warnings = []
+    if facts["simulated"]:
+        warnings.append(
+            "%s is kubegpu's SIMULATED nvidia-smi replaying a real capture: these GPUs are not "
+            "on this host" % facts["nvidia_smi"]
+        )
+    return warnings + list(facts["notes"])
+
+
 C_ENV = {"LC_ALL": "C", "LANG": "C"}
 
 

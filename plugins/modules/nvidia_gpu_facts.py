@@ -215,6 +215,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.gpu.plugins.module_utils.nvidia_smi import (
+    fact_warnings,
     gpu_facts,
     make_runner,
     run_query,
@@ -251,13 +252,8 @@ def main():
     facts = gpu_facts(
         result, path, read_text(os.path.join(host_root, "proc/driver/nvidia/version"))
     )
-    if facts["simulated"]:
-        module.warn(
-            "%s is kubegpu's SIMULATED nvidia-smi replaying a real capture: these GPUs are not "
-            "on this host" % facts["nvidia_smi"]
-        )
-    for note in facts["notes"]:
-        module.warn(note)
+    for warning in fact_warnings(facts):
+        module.warn(warning)
     module.exit_json(changed=False, ansible_facts={"kubegpu_gpus": facts})
 
 
