@@ -27,6 +27,47 @@ b64() { printf '%s' "$1" | base64 -w0; }
 """
 
 
+# `bin_path NAME DIR...` prints what ansible's get_bin_path(NAME, opt_dirs=[DIR...]) returns
+# on the node (a module's lookup of a command), and fails where that raises: the DIRs that
+# exist, then each PATH folder, then /sbin, /usr/sbin and /usr/local/sbin where they exist and
+# are not among those; the first NAME there that exists, is not a directory and has an execute
+# bit (any of the three, as ansible's is_executable asks; stat only where test -x says no).
+BIN_PATH = r"""_kg_xbit() {
+  _kg_m=$(stat -L -c %a -- "$1" 2>/dev/null) || return 1
+  _kg_m=00$_kg_m
+  _kg_m=${_kg_m#"${_kg_m%???}"}
+  case $_kg_m in *[1357]*) return 0 ;; esac
+  return 1
+}
+_kg_try() {
+  case $1 in */) _kg_p=$1$_kg_name ;; *) _kg_p=$1/$_kg_name ;; esac
+  [ -e "$_kg_p" ] && ! [ -d "$_kg_p" ] && { [ -x "$_kg_p" ] || _kg_xbit "$_kg_p"; } &&
+    printf '%s\n' "$_kg_p"
+}
+bin_path() {
+  _kg_name=$1
+  shift
+  _kg_seen=:
+  for _kg_d in "$@"; do
+    [ -e "$_kg_d" ] || continue
+    _kg_seen=$_kg_seen$_kg_d:
+    [ -z "$_kg_d" ] || ! _kg_try "$_kg_d" || return 0
+  done
+  _kg_rest=${PATH-}:
+  while [ -n "$_kg_rest" ]; do
+    _kg_d=${_kg_rest%%:*} _kg_rest=${_kg_rest#*:}
+    _kg_seen=$_kg_seen$_kg_d:
+    [ -z "$_kg_d" ] || ! _kg_try "$_kg_d" || return 0
+  done
+  for _kg_d in /sbin /usr/sbin /usr/local/sbin; do
+    case $_kg_seen in *:"$_kg_d":*) continue ;; esac
+    [ -e "$_kg_d" ] && _kg_try "$_kg_d" && return 0
+  done
+  return 1
+}
+"""
+
+
 def can_pipe(action: t.Any) -> bool:
     """Whether the script can go through the connection as a command's stdin, as a pipelined
     module does: pipelining on, and a connection and become method that support it. Where
