@@ -1327,8 +1327,10 @@ def plan(
     else:
         new_main = add_import(main_text, import_entry, main_path)
 
+    # What containerd will load besides the drop-in, with the imports line as it will be: a
+    # file already in the drop-in folder counts from the first run on, not only once imported.
     source = read_effective_without(
-        run, containerd, main_path, main_text, schema, drop_in_path, tmp_root
+        run, containerd, main_path, new_main, schema, drop_in_path, tmp_root
     )
     disabled = cri_disabled(source, schema)
     if disabled:

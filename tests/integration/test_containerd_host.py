@@ -208,6 +208,25 @@ def test_rewritten_main_config_gets_only_its_imports_line_back(
     assert run_module(args_for(etc, containerd), capsys)["changed"] is False
 
 
+def test_a_file_already_in_the_drop_in_folder_counts_from_the_first_run(
+    etc: Path, containerd: str, capsys
+) -> None:
+    """conf.d holds a file before the main config imports the folder. On 1.x that file
+    replaces the main config's CRI section once imported, so the drop-in (which carries the
+    effective section) must be worked out with it on the first run; before, the second run
+    rewrote the drop-in."""
+    (etc / "config.toml").write_text(DEBIAN_PACKAGE_CONFIG.read_text())
+    (etc / "conf.d").mkdir()
+    (etc / "conf.d" / "50-logs.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  max_container_log_line_size = 8192\n'
+    )
+    assert run_module(args_for(etc, containerd), capsys)["changed"]
+    cri = dump(containerd, etc / "config.toml")["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["max_container_log_line_size"] == 8192
+    assert runtime_of(dump(containerd, etc / "config.toml"))["options"]["BinaryName"] == NVCT
+    assert run_module(args_for(etc, containerd), capsys)["changed"] is False
+
+
 def test_check_mode_with_diff_writes_nothing(etc: Path, containerd: str, capsys) -> None:
     (etc / "config.toml").write_text(DEBIAN_PACKAGE_CONFIG.read_text())
     before = snapshot(etc)
