@@ -887,21 +887,25 @@ def is_imported(entries, main_path, path):
     return False
 
 
-def expand_imports(entries, main_path, drop_in_path, substitute=None, include_drop_in=True):
+def expand_imports(
+    entries, main_path, drop_in_path, substitute=None, include_drop_in=True, node=None
+):
     """The files containerd loads for `entries`, in its order, given the drop-in in place.
 
     `substitute` replaces the drop-in's path (a scratch copy); `include_drop_in=False` leaves the
-    drop-in out (to read the config as it is without it).
+    drop-in out (to read the config as it is without it). `node` reads the folders (LocalFiles
+    by default).
     """
+    node = node or LocalFiles()
     files = []
     for entry in entries:
         resolved = resolve_import(entry, main_path)
         if any(c in resolved for c in "*?["):
             directory = os.path.dirname(resolved)
             if any(c in directory for c in "*?["):
-                candidates = glob.glob(resolved) + glob.glob(os.path.join(directory, ".*"))
-            elif os.path.isdir(directory):
-                candidates = [os.path.join(directory, n) for n in os.listdir(directory)]
+                candidates = node.glob(resolved) + node.glob(os.path.join(directory, ".*"))
+            elif node.isdir(directory):
+                candidates = [os.path.join(directory, n) for n in node.listdir(directory)]
             else:
                 candidates = []
             matches = [m for m in candidates if go_match(resolved, m)]
@@ -1224,6 +1228,44 @@ def _read_text(path, what):
         ) from None
 
 
+class LocalFiles:
+    """What plan() reads of the node, read where the module runs. The action plugin has a
+    reader with the same methods that answers from one sh script's reads."""
+
+    def __init__(self, tmp_root=None):
+        self.tmp_root = tmp_root
+
+    def exists(self, path):
+        return os.path.exists(path)
+
+    def isdir(self, path):
+        return os.path.isdir(path)
+
+    def isfile(self, path):
+        return os.path.isfile(path)
+
+    def listdir(self, path):
+        return os.listdir(path)
+
+    def glob(self, pattern):
+        return glob.glob(pattern)
+
+    def read_text(self, path, what):
+        return _read_text(path, what)
+
+    def dump_scratch(self, run, containerd, text, main_path):
+        """`containerd config dump` of `text` as a scratch main config that stands for
+        main_path (in containerd's messages)."""
+        workdir = tempfile.mkdtemp(prefix="kubegpu-containerd-", dir=self.tmp_root)
+        try:
+            scratch = os.path.join(workdir, "config.toml")
+            with open(scratch, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+            return dump_config(run, containerd, scratch, {scratch: main_path})
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
 def minimal_main_config(schema, import_entry):
     """The main config kubegpu writes when there is none: the version and the imports line."""
     return (
@@ -1235,33 +1277,29 @@ def minimal_main_config(schema, import_entry):
 
 
 def read_effective_without(
-    run, containerd, main_path, main_text, schema, drop_in_path, tmp_root=None
+    run, containerd, main_path, main_text, schema, drop_in_path, tmp_root=None, node=None
 ):
     """`containerd config dump` of the main config and its imports, leaving out the drop-in."""
-    workdir = tempfile.mkdtemp(prefix="kubegpu-containerd-", dir=tmp_root)
-    try:
-        text = main_text if main_text is not None else "version = %d\n" % schema.config_version
-        imports = scan_top_level(text, main_path)["imports"]
-        entries = imports["values"] if imports else []
-        files = expand_imports(entries, main_path, drop_in_path, include_drop_in=False)
-        scratch = os.path.join(workdir, "config.toml")
-        with open(scratch, "w", encoding="utf-8", newline="") as f:
-            f.write(replace_imports(text, files, main_path) if imports or files else text)
-        return dump_config(run, containerd, scratch, {scratch: main_path})
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    node = node or LocalFiles(tmp_root)
+    text = main_text if main_text is not None else "version = %d\n" % schema.config_version
+    imports = scan_top_level(text, main_path)["imports"]
+    entries = imports["values"] if imports else []
+    files = expand_imports(entries, main_path, drop_in_path, include_drop_in=False, node=node)
+    scratch_text = replace_imports(text, files, main_path) if imports or files else text
+    return node.dump_scratch(run, containerd, scratch_text, main_path)
 
 
-def stray_drop_ins(main_path, drop_in_dir, entries):
+def stray_drop_ins(main_path, drop_in_dir, entries, node=None):
     """*.toml files in conf.d or config.d beside the main config that its imports do not load."""
+    node = node or LocalFiles()
     strays = []
     base = os.path.dirname(main_path)
     for directory in (os.path.join(base, "conf.d"), os.path.join(base, "config.d")):
-        if os.path.normpath(directory) == os.path.normpath(drop_in_dir) or not os.path.isdir(
+        if os.path.normpath(directory) == os.path.normpath(drop_in_dir) or not node.isdir(
             directory
         ):
             continue
-        for name in sorted(os.listdir(directory)):
+        for name in sorted(node.listdir(directory)):
             path = os.path.join(directory, name)
             if name.endswith(".toml") and not is_imported(entries, main_path, path):
                 strays.append(path)
@@ -1278,11 +1316,14 @@ def plan(
     binary,
     default_runtime,
     tmp_root=None,
+    node=None,
 ):
     """Work out the main config and drop-in texts that wire the runtime in. Changes nothing.
 
-    `run(argv)` runs a command and returns (rc, stdout, stderr).
+    `run(argv)` runs a command and returns (rc, stdout, stderr); `node` reads the node's files
+    (LocalFiles where the module runs; the action plugin answers from its sh script's reads).
     """
+    node = node or LocalFiles(tmp_root)
     if not drop_in_name.endswith(".toml") or "/" in drop_in_name:
         raise ContainerdConfigError(
             "drop_in_name %r must be a file name ending in .toml (the import glob is <dir>/*.toml)"
@@ -1290,18 +1331,18 @@ def plan(
         )
     if not os.path.isabs(drop_in_dir) or not os.path.isabs(main_path):
         raise ContainerdConfigError("config_path and drop_in_dir must be absolute paths")
-    if os.path.exists(drop_in_dir) and not os.path.isdir(drop_in_dir):
+    if node.exists(drop_in_dir) and not node.isdir(drop_in_dir):
         raise ContainerdConfigError(
             "drop_in_dir %s exists but is not a directory; containerd cannot import drop-ins from it. "
             "Move that file away (or set drop_in_dir to a directory) and run again; nothing was changed."
             % drop_in_dir
         )
     drop_in_path = os.path.join(drop_in_dir, drop_in_name)
-    if os.path.exists(drop_in_path) and not os.path.isfile(drop_in_path):
+    if node.exists(drop_in_path) and not node.isfile(drop_in_path):
         raise ContainerdConfigError(
             "%s exists but is not a regular file; nothing was changed" % drop_in_path
         )
-    if os.path.exists(main_path) and not os.path.isfile(main_path):
+    if node.exists(main_path) and not node.isfile(main_path):
         raise ContainerdConfigError(
             "config_path %s exists but is not a regular file; nothing was changed" % main_path
         )
@@ -1312,8 +1353,8 @@ def plan(
             "`%s --version` failed (exit %d): %s" % (containerd, rc, (err or out).strip())
         )
     version = parse_containerd_version(out)
-    main_exists = os.path.isfile(main_path)
-    main_text = _read_text(main_path, "config_path") if main_exists else None
+    main_exists = node.isfile(main_path)
+    main_text = node.read_text(main_path, "config_path") if main_exists else None
     scan = scan_top_level(main_text, main_path) if main_text is not None else None
     main_version = scan["version"] if scan else None
     schema = choose_schema(version, main_version, main_exists, main_path)
@@ -1330,7 +1371,7 @@ def plan(
     # What containerd will load besides the drop-in, with the imports line as it will be: a
     # file already in the drop-in folder counts from the first run on, not only once imported.
     source = read_effective_without(
-        run, containerd, main_path, new_main, schema, drop_in_path, tmp_root
+        run, containerd, main_path, new_main, schema, drop_in_path, node=node
     )
     disabled = cri_disabled(source, schema)
     if disabled:
@@ -1345,17 +1386,20 @@ def plan(
     drop_in_text = render_drop_in(
         schema, runtime_name, binary, systemd_cgroup, default_runtime, source_cri
     )
-    old_drop_in = _read_text(drop_in_path, "drop-in") if os.path.isfile(drop_in_path) else None
+    old_drop_in = node.read_text(drop_in_path, "drop-in") if node.isfile(drop_in_path) else None
 
     warnings = [
         "%s is not imported by %s, so containerd ignores it (nvidia-ctk 1.18.0 wrote its drop-in to "
         "config.d while the imports read conf.d); kubegpu's runtime is in %s"
         % (stray, main_path, drop_in_path)
         for stray in stray_drop_ins(
-            main_path, drop_in_dir, scan_top_level(new_main, main_path)["imports"]["values"]
+            main_path,
+            drop_in_dir,
+            scan_top_level(new_main, main_path)["imports"]["values"],
+            node,
         )
     ]
-    if not os.path.exists(binary):
+    if not node.exists(binary):
         warnings.append(
             "%s does not exist on this host yet; containerd loads the config, but pods of the %s runtime "
             "fail until nvidia-container-toolkit is installed" % (binary, runtime_name)
@@ -1377,6 +1421,112 @@ def plan(
         "systemd_cgroup_source": systemd_source,
         "warnings": warnings,
     }
+
+
+# --- the module's parameters and result, shared with the action plugin ----------------------------
+
+ARGUMENT_SPEC = dict(
+    config_path=dict(type="path", default="/etc/containerd/config.toml"),
+    drop_in_dir=dict(type="path", default="/etc/containerd/conf.d"),
+    drop_in_name=dict(type="str", default="99-nvidia.toml"),
+    runtime_name=dict(type="str", default="nvidia"),
+    runtime_binary=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
+    default_runtime=dict(type="bool", default=False),
+    validate=dict(type="bool", default=True),
+    validate_timeout=dict(type="int", default=30),
+    containerd_binary=dict(type="path"),
+    ctr_binary=dict(type="path"),
+    backup=dict(type="bool", default=True),
+    state=dict(type="str", default="present", choices=["present", "absent"]),
+    record_path=dict(type="str", default="/etc/ansible/facts.d/kubegpu_containerd.fact"),
+)
+# Where containerd and ctr are looked for before PATH (get_bin_path's opt_dirs).
+BINARY_DIRS = ["/usr/local/bin", "/usr/bin"]
+# The environment of the containerd commands the module runs.
+COMMAND_ENVIRONMENT = {"LC_ALL": "C", "LANG": "C"}
+RUNTIME_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def initial_result(params):
+    """The module's result before anything is read."""
+    return dict(
+        changed=False,
+        restart_required=False,
+        drop_in_path=os.path.join(params["drop_in_dir"], params["drop_in_name"]),
+        config_changed=False,
+        drop_in_changed=False,
+        validation={"dump": "not run", "daemon": "not run"},
+        backup_files=[],
+        toml_parser=toml_parser_name(),
+    )
+
+
+def param_problem(params):
+    """The message for the first parameter the module refuses (state=absent uses only
+    record_path), or None."""
+    if params["record_path"] and not os.path.isabs(params["record_path"]):
+        return (
+            "record_path %r must be an absolute path (or empty to keep no record)"
+            % params["record_path"]
+        )
+    if params["state"] == "absent":
+        return None
+    if not RUNTIME_NAME.match(params["runtime_name"]):
+        return (
+            "runtime_name %r is not a valid RuntimeClass handler: lowercase letters, digits and "
+            "'-', starting and ending with a letter or digit, at most 63 characters"
+            % params["runtime_name"]
+        )
+    if not os.path.isabs(params["runtime_binary"]):
+        return (
+            "runtime_binary %r must be an absolute path (containerd runs BinaryName without a "
+            "search path), for example /usr/bin/nvidia-container-runtime" % params["runtime_binary"]
+        )
+    if params["validate_timeout"] < 1:
+        return "validate_timeout must be at least 1 second, got %d" % params["validate_timeout"]
+    return None
+
+
+def not_installed_message(containerd):
+    return (
+        "containerd is not installed on this host (no containerd binary%s); install it first "
+        "(container_runtime_install: true installs the distribution's package)"
+        % (" at %s" % containerd if containerd else " on PATH")
+    )
+
+
+def plan_for(params, run, containerd, node=None):
+    """plan() for the module's parameters."""
+    return plan(
+        run,
+        containerd,
+        params["config_path"],
+        params["drop_in_dir"],
+        params["drop_in_name"],
+        params["runtime_name"],
+        params["runtime_binary"],
+        params["default_runtime"],
+        node=node,
+    )
+
+
+def update_result(result, planned):
+    """Put what plan() found into the result; returns whether anything changes."""
+    config_changed = planned["main_before"] != planned["main_after"]
+    drop_in_changed = planned["drop_in_before"] != planned["drop_in_after"]
+    changed = config_changed or drop_in_changed
+    result.update(
+        containerd_version=planned["containerd_version"],
+        config_version=planned["config_version"],
+        schema=planned["schema"].as_dict(),
+        systemd_cgroup=planned["systemd_cgroup"],
+        systemd_cgroup_source=planned["systemd_cgroup_source"],
+        changed=changed,
+        restart_required=changed,
+        config_changed=config_changed,
+        drop_in_changed=drop_in_changed,
+    )
+    return changed
 
 
 # --- what kubegpu did, and undoing exactly that -----------------------------------------------------

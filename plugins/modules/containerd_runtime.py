@@ -145,6 +145,14 @@ notes:
   - Newer containerd releases may import C(/etc/containerd/conf.d/*.toml) on their own (2.1.9,
     tested, does not); the explicit C(imports) entry is then redundant, not harmful, since
     containerd loads each file once.
+  - When the connection pipelines (pipelining on, and a connection and become method that
+    support it), the module's action plugin first reads the node with two C(sh) scripts (the
+    files, C(containerd --version), and C(config dump) of a scratch config in a temporary
+    folder that it removes) and runs this module's plan (module_utils/containerd.py) on the
+    controller, so the node starts no Python. When that plan finds nothing to change, its
+    result is the answer (RV(toml_parser) is then the controller's reader); anything else (a
+    change, O(state=absent), a refusal, an import from another folder, a path with C(~) or C($))
+    runs the module.
 seealso:
   - module: kubegpu.gpu.docker_runtime
 author:
@@ -216,7 +224,7 @@ backup_files:
   type: list
   elements: str
 toml_parser:
-  description: Which TOML reader ran (C(tomllib), C(toml) or C(builtin)).
+  description: Which TOML reader ran (C(tomllib), C(toml) or C(builtin)); on the controller when the action plugin answered (see the notes).
   returned: always
   type: str
 removal:
@@ -228,7 +236,6 @@ removal:
 
 import glob
 import os
-import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.gpu.plugins.module_utils.files import (
@@ -237,16 +244,20 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.files import (
     write_record,
 )
 from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd import (
+    ARGUMENT_SPEC,
+    BINARY_DIRS,
+    COMMAND_ENVIRONMENT,
     MANAGED_MARK,
     ContainerdConfigError,
-    plan,
+    initial_result,
+    not_installed_message,
+    param_problem,
+    plan_for,
     plan_removal,
     record_after_apply,
-    toml_parser_name,
+    update_result,
     validate_candidate,
 )
-
-RUNTIME_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def read_optional(path):
@@ -317,110 +328,33 @@ def remove(module, result):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            config_path=dict(type="path", default="/etc/containerd/config.toml"),
-            drop_in_dir=dict(type="path", default="/etc/containerd/conf.d"),
-            drop_in_name=dict(type="str", default="99-nvidia.toml"),
-            runtime_name=dict(type="str", default="nvidia"),
-            runtime_binary=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
-            default_runtime=dict(type="bool", default=False),
-            validate=dict(type="bool", default=True),
-            validate_timeout=dict(type="int", default=30),
-            containerd_binary=dict(type="path"),
-            ctr_binary=dict(type="path"),
-            backup=dict(type="bool", default=True),
-            state=dict(type="str", default="present", choices=["present", "absent"]),
-            record_path=dict(type="str", default="/etc/ansible/facts.d/kubegpu_containerd.fact"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
-    drop_in_path = os.path.join(p["drop_in_dir"], p["drop_in_name"])
-    result = dict(
-        changed=False,
-        restart_required=False,
-        drop_in_path=drop_in_path,
-        config_changed=False,
-        drop_in_changed=False,
-        validation={"dump": "not run", "daemon": "not run"},
-        backup_files=[],
-        toml_parser=toml_parser_name(),
-    )
-    if p["record_path"] and not os.path.isabs(p["record_path"]):
-        module.fail_json(
-            msg="record_path %r must be an absolute path (or empty to keep no record)"
-            % p["record_path"],
-            **result,
-        )
+    result = initial_result(p)
+    problem = param_problem(p)
+    if problem:
+        module.fail_json(msg=problem, **result)
     if p["state"] == "absent":
         remove(module, result)
-    if not RUNTIME_NAME.match(p["runtime_name"]):
-        module.fail_json(
-            msg="runtime_name %r is not a valid RuntimeClass handler: lowercase letters, digits and "
-            "'-', starting and ending with a letter or digit, at most 63 characters"
-            % p["runtime_name"],
-            **result,
-        )
-    if not os.path.isabs(p["runtime_binary"]):
-        module.fail_json(
-            msg="runtime_binary %r must be an absolute path (containerd runs BinaryName without a "
-            "search path), for example /usr/bin/nvidia-container-runtime" % p["runtime_binary"],
-            **result,
-        )
-    if p["validate_timeout"] < 1:
-        module.fail_json(
-            msg="validate_timeout must be at least 1 second, got %d" % p["validate_timeout"],
-            **result,
-        )
 
-    containerd = p["containerd_binary"] or module.get_bin_path(
-        "containerd", opt_dirs=["/usr/local/bin", "/usr/bin"]
-    )
+    containerd = p["containerd_binary"] or module.get_bin_path("containerd", opt_dirs=BINARY_DIRS)
     if not containerd or not os.path.exists(containerd):
-        module.fail_json(
-            msg="containerd is not installed on this host (no containerd binary%s); install it first "
-            "(container_runtime_install: true installs the distribution's package)"
-            % (" at %s" % containerd if containerd else " on PATH"),
-            **result,
-        )
-    ctr = p["ctr_binary"] or module.get_bin_path("ctr", opt_dirs=["/usr/local/bin", "/usr/bin"])
+        module.fail_json(msg=not_installed_message(containerd), **result)
+    ctr = p["ctr_binary"] or module.get_bin_path("ctr", opt_dirs=BINARY_DIRS)
 
     def run(argv):
-        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})
+        return module.run_command(argv, environ_update=COMMAND_ENVIRONMENT)
 
     try:
-        planned = plan(
-            run,
-            containerd,
-            p["config_path"],
-            p["drop_in_dir"],
-            p["drop_in_name"],
-            p["runtime_name"],
-            p["runtime_binary"],
-            p["default_runtime"],
-        )
+        planned = plan_for(p, run, containerd)
     except ContainerdConfigError as exc:
         module.fail_json(msg=str(exc), **result)
 
-    result.update(
-        containerd_version=planned["containerd_version"],
-        config_version=planned["config_version"],
-        schema=planned["schema"].as_dict(),
-        systemd_cgroup=planned["systemd_cgroup"],
-        systemd_cgroup_source=planned["systemd_cgroup_source"],
-    )
+    changed = update_result(result, planned)
     for warning in planned["warnings"]:
         module.warn(warning)
-    config_changed = planned["main_before"] != planned["main_after"]
-    drop_in_changed = planned["drop_in_before"] != planned["drop_in_after"]
-    changed = config_changed or drop_in_changed
-    result.update(
-        changed=changed,
-        restart_required=changed,
-        config_changed=config_changed,
-        drop_in_changed=drop_in_changed,
-    )
+    drop_in_path = result["drop_in_path"]
+    config_changed, drop_in_changed = result["config_changed"], result["drop_in_changed"]
     if module._diff and changed:
         diffs = []
         if config_changed:
@@ -442,9 +376,9 @@ def main():
                 )
             )
         result["diff"] = diffs
-    record = read_record(module, p["record_path"])
     if not changed:
         module.exit_json(**result)
+    record = read_record(module, p["record_path"])
 
     if p["validate"]:
         start_daemon = not module.check_mode

@@ -49,17 +49,25 @@ def adhoc(
 
 
 def both_ways(
-    tmp: Path, module: str, cases: dict[str, dict[str, Any]], path_bin: Path | None = None
+    tmp: Path,
+    module: str,
+    cases: dict[str, dict[str, Any]],
+    path_bin: Path | None = None,
+    *,
+    module_runs: tuple[str, ...] = ("home",),
+    flags: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, dict[bool, dict[str, Any]]]:
-    """Each case piped (True) and through the module (False), four runs at a time. The piped
-    runs get a host without Python, so that a piped run that fell back to the module fails
-    instead of passing unseen; only a case named "home" (a path the node must expand) keeps it."""
+    """Each case piped (True) and through the module (False), four runs at a time, with the
+    case's `flags` (--check, --diff). The piped runs get a host without Python, so that a piped
+    run that fell back to the module fails instead of passing unseen; only the cases named in
+    module_runs (where the module must run: a path the node must expand, say) keep it."""
     runs = [(name, args, piped) for name, args in cases.items() for piped in (True, False)]
     no_python = ("-e", f"ansible_python_interpreter={tmp / 'no-such-python'}")
 
     def one(run: tuple[str, dict[str, Any], bool]) -> dict[str, Any]:
         name, args, piped = run
-        extra = no_python if piped and name != "home" else ()
+        extra = no_python if piped and name not in module_runs else ()
+        extra += (flags or {}).get(name, ())
         return adhoc(tmp / f"{name}-{piped}", module, args, piped, *extra, path_bin=path_bin)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
