@@ -1207,6 +1207,11 @@ class KubeletConfigError(Exception):
     """A file on the host cannot be merged into (unreadable YAML, not the expected kind)."""
 
 
+def dropin_path(config_dir, dropin_name):
+    """The kubegpu drop-in file in the kubelet's drop-in directory."""
+    return config_dir.rstrip("/") + "/" + dropin_name
+
+
 def plan_kubelet_files(
     flavor,
     read,
@@ -1251,20 +1256,20 @@ def plan_kubelet_files(
             return
         plans.append({"path": path, "before": before, "after": dump_yaml(data), "mode": mode})
 
-    dropin_path = None
+    dropin = None
     if config_dir and (feature_gates or settings):
-        dropin_path = config_dir.rstrip("/") + "/" + dropin_name
-        before = read(dropin_path)
+        dropin = dropin_path(config_dir, dropin_name)
+        before = read(dropin)
         add(
-            dropin_path,
+            dropin,
             before,
             build_dropin_config(feature_gates, settings),
             0o644,
-            load(dropin_path, before),
+            load(dropin, before),
         )
 
     if flavor == "kubeadm":
-        if not dropin_path and (feature_gates or settings):
+        if not dropin and (feature_gates or settings):
             before = read(config_path)
             existing = load(config_path, before)
             kind = existing.get("kind")
@@ -1280,9 +1285,9 @@ def plan_kubelet_files(
                 0o644,
                 existing,
             )
-        flags = {"--config-dir": config_dir} if dropin_path else {}
+        flags = {"--config-dir": config_dir} if dropin else {}
         env = {}
-        if dropin_path and release is not None and release <= DROPIN_ENV_UNTIL:
+        if dropin and release is not None and release <= DROPIN_ENV_UNTIL:
             env[DROPIN_ALPHA_ENV] = "on"
         if node_labels or taints or flags or env:
             before = read(extra_args_path)
@@ -1294,8 +1299,8 @@ def plan_kubelet_files(
     else:
         before = read(config_path)
         existing = load(config_path, before)
-        kubelet_args = {"config-dir": config_dir} if dropin_path else {}
-        gates_as_flag = None if dropin_path else feature_gates
+        kubelet_args = {"config-dir": config_dir} if dropin else {}
+        gates_as_flag = None if dropin else feature_gates
         if node_labels or taints or kubelet_args or gates_as_flag:
             merged = merge_rancher_config(
                 existing, node_labels, taints, kubelet_args, gates_as_flag

@@ -270,68 +270,11 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.gpu.plugins.module_utils.files import write_atomic
-from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet import (
-    DEFAULT_PATHS,
-    DROPIN_ENV_UNTIL,
-    DROPIN_SINCE,
-    KubeletConfigError,
-    parse_kubernetes_version,
-    plan_kubelet_files,
-    split_node_labels,
-    validate_feature_gates,
-    validate_node_labels,
-    validate_settings,
-    validate_taints,
+from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet_node import (
+    ARGUMENT_SPEC,
+    LocalNode,
+    decide,
 )
-
-BINARIES = {"kubeadm": "kubelet", "k3s": "k3s", "rke2": "rke2"}
-EXTRA_DIRS = ["/usr/local/bin", "/usr/bin", "/opt/bin"]
-
-
-ARGUMENT_SPEC = dict(
-    flavor=dict(type="str", default="auto", choices=["auto", "kubeadm", "k3s", "rke2"]),
-    kubelet_version=dict(type="str"),
-    feature_gates=dict(type="dict", default={}),
-    unchecked_feature_gates=dict(type="list", elements="str", default=[]),
-    settings=dict(type="dict", default={}),
-    node_labels=dict(type="dict", default={}),
-    node_taints=dict(type="list", elements="raw", default=[]),
-    config_path=dict(type="path"),
-    extra_args_path=dict(type="path"),
-    config_dir=dict(type="path"),
-    dropin_name=dict(type="str", default="50-kubegpu.conf"),
-    binary=dict(type="path"),
-    validate_only=dict(type="bool", default=False),
-    without_pyyaml=dict(type="str", default="fail", choices=["fail", "report"]),
-    backup=dict(type="bool", default=True),
-)
-
-
-def read_text(path):
-    if not path or not os.path.exists(path):
-        return None
-    with open(path) as handle:
-        return handle.read()
-
-
-def detect_flavor(module):
-    for flavor in ("rke2", "k3s"):
-        if os.path.isdir("/etc/rancher/" + flavor) or module.get_bin_path(
-            flavor, opt_dirs=EXTRA_DIRS
-        ):
-            return flavor
-    return "kubeadm"
-
-
-def binary_version(module, binary):
-    """(printed version text, (major, minor)) from `binary --version`, or (None, None)."""
-    if not binary:
-        return None, None
-    rc, out, err = module.run_command([binary, "--version"], environ_update={"LC_ALL": "C"})
-    if rc != 0:
-        module.warn("%s --version exited %d: %s" % (binary, rc, (err or out).strip()))
-        return None, None
-    return out.strip(), parse_kubernetes_version(out, printed=True)
 
 
 def main():
@@ -339,159 +282,9 @@ def main():
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
-    p = module.params
-    flavor = p["flavor"] if p["flavor"] != "auto" else detect_flavor(module)
-    result = dict(
-        changed=False,
-        flavor=flavor,
-        kubelet_version=None,
-        version_source="none",
-        kubelet_found=False,
-        files=[],
-        restart_needed=False,
-        backup_files=[],
-        problems=[],
-        self_labels={},
-    )
-
-    problems = []
-    gates = p["feature_gates"]
-    problems.extend(validate_settings(p["settings"]))
-    problems.extend(validate_node_labels(p["node_labels"]))
-    problems.extend(validate_taints(p["node_taints"]))
-    name = p["dropin_name"]
-    if not name.endswith(".conf") or "/" in name or name.startswith("."):
-        problems.append(
-            "dropin_name: %r must be a plain file name ending in .conf (the kubelet reads only "
-            "*.conf files in its drop-in directory), for example 50-kubegpu.conf" % name
-        )
-    if flavor != "kubeadm" and p["settings"] and not p["config_dir"]:
-        problems.append(
-            "settings: %s has no KubeletConfiguration file to merge settings into; give "
-            "config_dir (a kubelet drop-in directory) to use settings with %s" % (flavor, flavor)
-        )
-
-    # The kubelet's version: needed for gates and for the drop-in directory.
-    binary = p["binary"] or module.get_bin_path(BINARIES[flavor], opt_dirs=EXTRA_DIRS)
-    result["kubelet_found"] = bool(binary and os.path.exists(binary))
-    need_version = bool(gates) or bool(p["config_dir"])
-    release = None
-    if p["kubelet_version"]:
-        release = parse_kubernetes_version(p["kubelet_version"])
-        if release is None:
-            problems.append(
-                "kubelet_version: %r is not a Kubernetes version; write it as 1.31 or v1.31.2"
-                % p["kubelet_version"]
-            )
-        else:
-            result["version_source"] = "given"
-            if need_version and result["kubelet_found"]:
-                printed, found = binary_version(module, binary)
-                if found and found != release:
-                    module.warn(
-                        "kubelet_version %s was given but %s --version says %r; the inputs "
-                        "were checked against %s"
-                        % (p["kubelet_version"], binary, printed, p["kubelet_version"])
-                    )
-    elif need_version:
-        printed, release = binary_version(module, binary if result["kubelet_found"] else None)
-        if release is None:
-            problems.append(
-                "kubelet_version: not given, and no %s binary on this host could tell its "
-                'version%s; set kubelet_version (for example "1.31") to the version of the '
-                "kubelet that will read these settings"
-                % (BINARIES[flavor], " (it printed %r)" % printed if printed else "")
-            )
-        else:
-            result["version_source"] = "binary"
-    if release is not None:
-        result["kubelet_version"] = "%d.%d" % release
-        problems.extend(
-            validate_feature_gates(gates, result["kubelet_version"], p["unchecked_feature_gates"])
-        )
-        if p["config_dir"] and release < DROPIN_SINCE:
-            problems.append(
-                "config_dir: the kubelet of %s has no drop-in directory (--config-dir came in "
-                "1.28); leave config_dir empty" % result["kubelet_version"]
-            )
-        elif p["config_dir"] and flavor != "kubeadm" and release <= DROPIN_ENV_UNTIL:
-            problems.append(
-                "config_dir: the kubelet of %s reads a drop-in directory only with "
-                "KUBELET_CONFIG_DROPIN_DIR_ALPHA in its environment, which kubegpu does not "
-                "manage for %s; leave config_dir empty or use Kubernetes 1.30 or later"
-                % (result["kubelet_version"], flavor)
-            )
-
-    result["problems"] = problems
-    if problems:
-        module.fail_json(
-            msg="kubelet_config: %d problem(s) with the inputs; nothing was changed:\n- %s"
-            % (len(problems), "\n- ".join(problems)),
-            **result,
-        )
-    result["self_labels"] = split_node_labels(p["node_labels"])[0]
-    if p["validate_only"]:
-        import importlib.util
-
-        result["python_yaml"] = importlib.util.find_spec("yaml") is not None
-        module.exit_json(**result)
-
-    try:
-        import yaml
-    except ImportError:
-        result["python_yaml"] = False
-        if p["without_pyyaml"] == "report":
-            module.exit_json(**result)
-        module.fail_json(
-            msg="kubelet_config needs PyYAML on the target to read and write the kubelet's YAML "
-            "files: install python3-yaml (Debian, Ubuntu) or python3-pyyaml (RHEL)",
-            **result,
-        )
-
-    result["python_yaml"] = True
-
-    def dump(data):
-        return yaml.safe_dump(data, default_flow_style=False, sort_keys=False)
-
-    extra_args_path = p["extra_args_path"]
-    if flavor == "kubeadm" and not extra_args_path:
-        if os.path.exists("/etc/default/kubelet"):
-            extra_args_path = "/etc/default/kubelet"
-        elif os.path.exists("/etc/sysconfig/kubelet") or os.path.isdir("/etc/sysconfig"):
-            extra_args_path = "/etc/sysconfig/kubelet"
-        else:
-            extra_args_path = "/etc/default/kubelet"
-    try:
-        plans = plan_kubelet_files(
-            flavor,
-            read_text,
-            yaml.safe_load,
-            dump,
-            p["config_path"] or DEFAULT_PATHS[flavor],
-            extra_args_path,
-            gates,
-            p["settings"],
-            p["node_labels"],
-            p["node_taints"],
-            p["config_dir"],
-            p["dropin_name"],
-            release,
-        )
-    except (KubeletConfigError, IOError, OSError) as exc:
-        module.fail_json(msg="Nothing was changed: %s" % exc, **result)
-
-    result["files"] = [plan["path"] for plan in plans]
-    result["changed"] = result["restart_needed"] = bool(plans)
-    if module._diff:
-        result["diff"] = [
-            dict(
-                before_header=plan["path"] if plan["before"] is not None else "/dev/null",
-                after_header=plan["path"],
-                before=plan["before"] or "",
-                after=plan["after"],
-            )
-            for plan in plans
-        ]
+    result, msg, plans = decide(module.params, LocalNode(module), module._diff)
+    if msg is not None:
+        module.fail_json(msg=msg, **result)
     if module.check_mode:
         module.exit_json(**result)
 
@@ -500,7 +293,7 @@ def main():
         directory = os.path.dirname(path)
         if directory and not os.path.isdir(directory):
             os.makedirs(directory, 0o755)
-        if plan["before"] is not None and p["backup"]:
+        if plan["before"] is not None and module.params["backup"]:
             result["backup_files"].append(module.backup_local(path))
         write_atomic(module, path, plan["after"], plan["mode"])
     module.exit_json(**result)
