@@ -158,6 +158,13 @@ notes:
     kubelet ConfigMap; use O(config_dir) to keep gates and settings across upgrades.
   - Rewriting a k3s/RKE2 config file drops its YAML comments; the backup keeps them.
   - Commands run with C(LC_ALL=C).
+  - When the connection pipelines (pipelining on, and a connection and become method that
+    support it), the module's action plugin reads the node with one C(sh) script instead (the
+    files, the kubelet's binary and its C(--version), and from the node's Python, with
+    C(-c), whether it has PyYAML) and runs this module's code (module_utils/kubelet_node.py)
+    on the controller. When nothing changes (or with O(validate_only=true)) that result is the
+    answer, with no module on the node; anything else (a file to write, a problem with the
+    inputs, a path with C(~) or C($) for the node to expand) runs the module.
 seealso:
   - name: Feature gates
     description: The Kubernetes feature gate reference.

@@ -122,3 +122,25 @@ def answer_or_run_module(
             f"{action._task.action}: the piped read did not do ({exc!r}); running the module"
         )
         return action._execute_module(task_vars=task_vars)
+
+
+def node_python(action: t.Any, task_vars: dict[str, t.Any] | None) -> str:
+    """The node's Python, as the word ansible's module command runs it with: the interpreter
+    setting (ansible_python_interpreter), or the one discovery found. Unanswered where
+    discovery has not run yet for the host: the module runs, and discovers it."""
+    from ansible.executor.interpreter_discovery import InterpreterDiscoveryRequiredError
+    from ansible.executor.module_common import _get_shebang
+
+    use_vars = task_vars or {}
+    if action._task.delegate_to:
+        use_vars = use_vars.get("ansible_delegated_vars", {}).get(action._task.delegate_to, {})
+    try:
+        _, interpreter = _get_shebang(
+            "/usr/bin/python",
+            use_vars,
+            action._templar,
+            remote_is_local=bool(getattr(action._connection, "_remote_is_local", False)),
+        )
+    except InterpreterDiscoveryRequiredError:
+        raise Unanswered("the node's Python: interpreter discovery has not run") from None
+    return str(interpreter).strip()
