@@ -1,5 +1,6 @@
-"""The piped reads (kubegpu.gpu.read_script and the fact actions) over SSH with become, as an
-operator connects: a user with sudo, not root.
+"""The piped reads (kubegpu.gpu.read_script, the fact actions, and the containerd_runtime and
+kubelet_config answers) over SSH with become, as an operator connects: a user with sudo, not
+root.
 
 On a testbed node, a user with passwordless sudo is made for the test (and removed after it).
 Through that user, `become` must run the script as root (sudo wraps the piped sh as it wraps a
@@ -120,3 +121,76 @@ def test_pci_facts_over_sudo_without_python_equal_the_module(testbed: Any, sudo_
     assert piped["file_states"] == module["file_states"]
     state = piped["file_states"][f"/etc/sudoers.d/{sudo_user}"]
     assert (state["type"], state["mode"], state["uid"]) == ("file", "0440", 0)
+
+
+def _both_ways_over_sudo(
+    testbed: Any, user: str, module: str, args: dict[str, Any], piped_python: str | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One module run that merges (the first converge), then the piped run and the module run
+    that must both find nothing to change, through the user with become."""
+    common = ("-e", f"ansible_user={user}", "-b", "-m", module, "-a", json.dumps(args))
+    rc, first = _ansible(testbed, *common, "-e", "ansible_pipelining=false")
+    assert rc == 0 and first["changed"], first
+    no_python = ("-e", f"ansible_python_interpreter={piped_python}") if piped_python else ()
+    rc, piped = _ansible(testbed, *common, *no_python)
+    assert rc == 0, piped
+    rc, by_module = _ansible(testbed, *common, "-e", "ansible_pipelining=false")
+    assert rc == 0, by_module
+    assert piped["changed"] is False and by_module["changed"] is False
+    return piped, by_module
+
+
+def _comparable(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k not in ("invocation", "_ansible_no_log")}
+
+
+def test_containerd_and_kubelet_answers_over_sudo_equal_the_module(
+    testbed: Any, sudo_user: str
+) -> None:
+    """containerd_runtime (its two scripts, the second writing a scratch folder on the node)
+    and kubelet_config answer a run with nothing to change over sudo as their modules do. The
+    files are under a folder of the node's /tmp, removed after, with a copy of this machine's
+    containerd (Debian 12's, as the node's) there: the test does not depend on whether an earlier
+    test installed containerd on the node."""
+    folder = "/tmp/kgpiped-runtime"
+    containerd = {
+        "config_path": f"{folder}/containerd/config.toml",
+        "drop_in_dir": f"{folder}/containerd/conf.d",
+        "record_path": f"{folder}/containerd/record.fact",
+        "containerd_binary": f"{folder}/bin/containerd",
+        "validate": False,  # the module's validation is tested elsewhere; it needs ctr too
+    }
+    kubelet = {
+        "flavor": "kubeadm",
+        "kubelet_version": "1.31",
+        "config_path": f"{folder}/kubelet/config.yaml",
+        "extra_args_path": f"{folder}/kubelet/kubelet",
+        "feature_gates": {"KubeletPodResourcesGet": True},
+        "node_labels": {"nvidia.com/gpu.present": "true"},
+    }
+    try:
+        copy = {
+            "src": "/usr/bin/containerd",
+            "dest": containerd["containerd_binary"],
+            "mode": "0755",
+        }
+        _ansible(testbed, "-m", "ansible.builtin.raw", "-a", f"mkdir -p {folder}/bin")
+        rc, copied = _ansible(testbed, "-m", "ansible.builtin.copy", "-a", json.dumps(copy))
+        assert rc == 0, copied
+        # containerd_runtime's piped run must not need the node's Python at all.
+        piped, module = _both_ways_over_sudo(
+            testbed, sudo_user, "kubegpu.gpu.containerd_runtime", containerd, "/nonexistent/py"
+        )
+        assert _comparable(piped) == _comparable(module)
+        # kubelet_config's script asks the node's Python whether it has PyYAML (no module);
+        # the module needs it to merge, so a node without it (a fresh testbed) gets it first.
+        has_yaml = "python3 -c 'import yaml' || apt-get install -y -q python3-yaml"
+        rc, installed = _ansible(testbed, "-m", "ansible.builtin.raw", "-a", has_yaml)
+        assert rc == 0, installed
+        piped, module = _both_ways_over_sudo(
+            testbed, sudo_user, "kubegpu.gpu.kubelet_config", kubelet, None
+        )
+        assert _comparable(piped) == _comparable(module)
+        assert piped["python_yaml"] is True
+    finally:
+        _ansible(testbed, "-m", "ansible.builtin.raw", "-a", f"rm -rf {folder}")
