@@ -120,7 +120,9 @@ class _Answers:
         self._links: dict[str, str | None] = {}
         self._dirs: dict[str, bool] = {}
         self._states: dict[str, dict[str, t.Any] | None] = {}
-        self._names: list[str] | None = None
+        # The functions' names in the order the script listed them (a dict keeps the order and
+        # finds a name again in constant time: each function has several attribute lines).
+        self._names: dict[str, None] | None = None
         self.mokutil_output: str | None = None
         self.mokutil_asked = False
         devices = pci.below(root, "/sys/bus/pci/devices")
@@ -140,12 +142,12 @@ class _Answers:
             if key == "root":
                 self.root_is_dir = rest == "1"
             elif key == "ls":
-                self._names = [] if rest == "1" else None
+                self._names = {} if rest == "1" else None
             elif key in ("d", "dn"):
                 name, _, attr_value = rest.partition(" ")
                 attr, _, value = attr_value.partition(" ")
-                if self._names is not None and name not in self._names:
-                    self._names.append(name)
+                if self._names is not None:
+                    self._names.setdefault(name)
                 # The shell read the first line; the module's code strips what it reads.
                 self._files[os.path.join(devices, name, attr)] = value if key == "d" else None
             elif key in ("l", "ln"):
