@@ -20,7 +20,8 @@ failure (--keep-up leaves it up; --reuse takes an up one as it is). Steps:
               (`--configs at-HEAD`: the roles before the edits in the working tree).
    Every no-change run must report changed=0 and failed=0; otherwise it is printed loudly and
    the script exits 1 after printing the table.
-3. the slowest tasks of the no-change run (--profile-config, default ours) at the largest N.
+3. the slowest tasks of the no-change run (--profile-config, default ours) at the largest N, and
+   the tasks that cost the main ansible process the most CPU (the serial part of a run).
 
 What a row says:
 - host-tasks: results of tasks that ran for a host (ok, changed or failed), summed over hosts,
@@ -552,6 +553,19 @@ def profile(run: Run, top: int) -> str:
         )
     total = sum(t["end"] - t["start"] for t in run.tasks)
     lines.append(f"  ({len(run.tasks)} tasks, {total:.1f} s between the first and last task)")
+    # The main process is the one serial part of a run: what it spends per task bounds the wall
+    # time however many workers there are.
+    costly = sorted(run.tasks, key=lambda t: t.get("main_cpu", 0.0), reverse=True)[:top]
+    lines.append("most CPU of the main ansible process per task (all hosts; workers not counted):")
+    for task in costly:
+        lines.append(
+            f"  {task.get('main_cpu', 0.0):6.2f} s  {task['name'][:70]:<70} "
+            f"{task['action'].rpartition('.')[2]}"
+        )
+    main = sum(t.get("main_cpu", 0.0) for t in run.tasks)
+    lines.append(
+        f"  ({main:.1f} s of main-process CPU in all, of {run.ctl_cpu:.1f} s on the controller)"
+    )
     return "\n".join(lines)
 
 

@@ -1,5 +1,6 @@
-# kubegpu bench callback: records, per task, when it started and what each host did, and the
-# play recap, then writes them as JSON to $KUBEGPU_BENCH_OUT when the playbook ends. Used only by
+# kubegpu bench callback: records, per task, when it started, the CPU the main ansible process
+# spent on it, and what each host did, and the play recap, then writes them as JSON to
+# $KUBEGPU_BENCH_OUT when the playbook ends. Used only by
 # bench/bench_node_plays.py (enabled through the environment), never by the product.
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ DOCUMENTATION = """
     type: aggregate
     short_description: per-task timing and per-host results for kubegpu's benchmarks
     description:
-      - Writes task start times, per-host statuses (ok, changed, skipped, failed, unreachable)
-        and the play recap as JSON to the file named by KUBEGPU_BENCH_OUT.
+      - Writes task start times, the main process's CPU time from each task's start to the
+        next one's (where the strategy templates, evaluates conditions and handles results; the
+        forked workers are not in it), per-host statuses (ok, changed, skipped, failed,
+        unreachable) and the play recap as JSON to the file named by KUBEGPU_BENCH_OUT.
     requirements:
       - enabled through ANSIBLE_CALLBACKS_ENABLED
 """
@@ -33,16 +36,22 @@ class CallbackModule(CallbackBase):
         self._by_uuid: dict[str, dict] = {}
         self._started = time.monotonic()
 
-    def _start(self, task, handler: bool) -> None:
-        now = time.monotonic()
+    def _close(self, now: float) -> None:
+        """End the task before: its wall end and the main process's CPU time since its start."""
         if self._tasks and self._tasks[-1].get("end") is None:
             self._tasks[-1]["end"] = now
+            self._tasks[-1]["main_cpu"] = time.process_time() - self._tasks[-1]["main_cpu"]
+
+    def _start(self, task, handler: bool) -> None:
+        now = time.monotonic()
+        self._close(now)
         entry = {
             "name": task.get_name(),
             "action": task.action,
             "handler": handler,
             "start": now,
             "end": None,
+            "main_cpu": time.process_time(),
             "hosts": {},
             "items": 0,
         }
@@ -88,8 +97,7 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_stats(self, stats):
         now = time.monotonic()
-        if self._tasks and self._tasks[-1].get("end") is None:
-            self._tasks[-1]["end"] = now
+        self._close(now)
         recap = {host: stats.summarize(host) for host in sorted(stats.processed)}
         path = os.environ.get("KUBEGPU_BENCH_OUT")
         if not path:
