@@ -28,6 +28,7 @@ from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
     BIN_PATH,
     Unanswered,
     answer_or_run_module,
+    answered,
     b64_text,
     run_script,
 )
@@ -114,7 +115,6 @@ class _Node:
 
     def __init__(self, action: ActionModule, stdout: str, paths: list[str]) -> None:
         self._action = action
-        self._paths = paths
         self.binary: str | None = None
         self._version: tuple[int, str] | None = None
         self._types: dict[str, str] = {}
@@ -143,10 +143,7 @@ class _Node:
 
     @staticmethod
     def _answer(table: dict[str, t.Any], path: str) -> t.Any:
-        try:
-            answer = table[path]
-        except KeyError:
-            raise Unanswered(path) from None
+        answer = answered(table, path)
         if answer is None:  # unreadable there: the module says so in its own words
             raise Unanswered(path)
         return answer

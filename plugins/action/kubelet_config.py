@@ -33,6 +33,7 @@ from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
     BIN_PATH,
     Unanswered,
     answer_or_run_module,
+    answered,
     b64_text,
     node_python,
     run_script,
@@ -177,17 +178,11 @@ class _Answers:
             else:
                 raise ValueError(f"unexpected line {line!r}")
 
-    def _path(self, path: str) -> tuple[bool, bool]:
-        try:
-            return self._paths[path]
-        except KeyError:
-            raise Unanswered(path) from None
-
     def exists(self, path: str) -> bool:
-        return self._path(path)[0]
+        return bool(answered(self._paths, path)[0])
 
     def isdir(self, path: str) -> bool:
-        return self._path(path)[1]
+        return bool(answered(self._paths, path)[1])
 
     def read_text(self, path: str) -> str:
         if path not in self._texts:

@@ -22,6 +22,7 @@ from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
     B64_HELPERS,
     Unanswered,
     answer_or_run_module,
+    answered,
     b64_text,
     run_script,
 )
@@ -186,15 +187,8 @@ class _Answers:
                 raise ValueError(f"unexpected line {line!r}")
         self._devices = devices
 
-    @staticmethod
-    def _answer(table: dict[str, t.Any], path: str) -> t.Any:
-        try:
-            return table[path]
-        except KeyError:
-            raise Unanswered(path) from None
-
     def read(self, path: str, binary: bool = False) -> t.Any:
-        return self._answer(self._binary if binary else self._files, path)
+        return answered(self._binary if binary else self._files, path)
 
     def listdir(self, path: str) -> list[str]:
         if path != self._devices:
@@ -204,13 +198,13 @@ class _Answers:
         return list(self._names)
 
     def readlink(self, path: str) -> str | None:
-        return self._answer(self._links, path)
+        return answered(self._links, path)
 
     def isdir(self, path: str) -> bool:
-        return bool(self._answer(self._dirs, path))
+        return bool(answered(self._dirs, path))
 
     def file_state(self, path: str) -> dict[str, t.Any] | None:
-        return self._answer(self._states, path)
+        return answered(self._states, path)
 
     def mokutil(self) -> str | None:
         if not self.mokutil_asked:

@@ -97,6 +97,15 @@ class Unanswered(LookupError):
     the module instead."""
 
 
+def answered(table: t.Mapping[str, t.Any], key: str) -> t.Any:
+    """What the script read for key (a path, mostly), as parsed into table; Unanswered where it
+    did not read it, so that the module runs."""
+    try:
+        return table[key]
+    except KeyError:
+        raise Unanswered(key) from None
+
+
 def b64_text(encoded: str) -> str:
     """What the script printed through `base64 -w0`, as text (undecodable bytes kept as
     surrogates, as a module reads them)."""
