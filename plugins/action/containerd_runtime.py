@@ -30,6 +30,7 @@ from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
     answer_or_run_module,
     answered,
     b64_text,
+    node_argument_spec,
     run_script,
 )
 
@@ -100,13 +101,7 @@ rm -rf "$d"
 exit $status
 """
 
-# The module's parameters, as the node would see them: a path option stays as written (no
-# ~ or $ expanded here; such a path makes the module run instead).
-_ARGUMENT_SPEC = {
-    name: dict(spec, type="str") if spec.get("type") == "path" else spec
-    for name, spec in c.ARGUMENT_SPEC.items()
-}
-_PATH_OPTIONS = [name for name, spec in c.ARGUMENT_SPEC.items() if spec.get("type") == "path"]
+_ARGUMENT_SPEC, _PATH_OPTIONS = node_argument_spec(c.ARGUMENT_SPEC)
 
 
 class _Node:

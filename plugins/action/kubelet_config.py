@@ -35,9 +35,12 @@ from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
     answer_or_run_module,
     answered,
     b64_text,
+    node_argument_spec,
     node_python,
     run_script,
 )
+
+_ARGUMENT_SPEC, _PATH_OPTIONS = node_argument_spec(kn.ARGUMENT_SPEC)
 
 # What the node's Python says, run as the module would be (cwd left off sys.path, the locale
 # set as AnsibleModule sets it): "python 0|1 ENCODING", whether PyYAML is there (found, for
@@ -264,19 +267,14 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         try:
-            _, validated = self.validate_argument_spec(argument_spec=kn.ARGUMENT_SPEC)
+            _, validated = self.validate_argument_spec(argument_spec=_ARGUMENT_SPEC)
             # Plain data, as the module gets its arguments (through JSON).
             args = json.loads(json.dumps(validated))
         except (AnsibleActionFail, TypeError):
             # The module says what is wrong with its arguments, in its own words.
             result.update(self._execute_module(task_vars=task_vars))
             return result
-        # The paths as given: the validated ones are already expanded here, on the controller.
-        raw = self._task.args
-        node_paths = [
-            str(raw.get(name) or "")
-            for name in ("config_path", "extra_args_path", "config_dir", "binary")
-        ]
+        node_paths = [args[name] or "" for name in _PATH_OPTIONS]
 
         def answer() -> dict[str, t.Any]:
             argv = _script_argv(args, node_python(self, task_vars))

@@ -68,6 +68,18 @@ bin_path() {
 """
 
 
+def node_argument_spec(
+    spec: t.Mapping[str, dict[str, t.Any]],
+) -> tuple[dict[str, dict[str, t.Any]], list[str]]:
+    """A module's argument spec for its action to validate with, and the names of its path
+    options. Each path option is a plain string here: validation on the controller would
+    expand its ~ and $ there, and such a path must go to the module, which expands them on the
+    node (answer_or_run_module sends it there)."""
+    paths = [name for name, option in spec.items() if option.get("type") == "path"]
+    plain = {name: dict(spec[name], type="str") if name in paths else spec[name] for name in spec}
+    return plain, paths
+
+
 def can_pipe(action: t.Any) -> bool:
     """Whether the script can go through the connection as a command's stdin, as a pipelined
     module does: pipelining on, and a connection and become method that support it. Where
