@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from tests.unit.test_piped_facts import comparable
+
 pytestmark = [pytest.mark.integration]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,10 +142,6 @@ def _both_ways_over_sudo(
     return piped, by_module
 
 
-def _comparable(result: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in result.items() if k not in ("invocation", "_ansible_no_log")}
-
-
 def test_containerd_and_kubelet_answers_over_sudo_equal_the_module(
     testbed: Any, sudo_user: str
 ) -> None:
@@ -181,7 +179,7 @@ def test_containerd_and_kubelet_answers_over_sudo_equal_the_module(
         piped, module = _both_ways_over_sudo(
             testbed, sudo_user, "kubegpu.gpu.containerd_runtime", containerd, "/nonexistent/py"
         )
-        assert _comparable(piped) == _comparable(module)
+        assert comparable(piped) == comparable(module)
         # kubelet_config's script asks the node's Python whether it has PyYAML (no module);
         # the module needs it to merge, so a node without it (a fresh testbed) gets it first.
         has_yaml = "python3 -c 'import yaml' || apt-get install -y -q python3-yaml"
@@ -190,7 +188,7 @@ def test_containerd_and_kubelet_answers_over_sudo_equal_the_module(
         piped, module = _both_ways_over_sudo(
             testbed, sudo_user, "kubegpu.gpu.kubelet_config", kubelet, None
         )
-        assert _comparable(piped) == _comparable(module)
+        assert comparable(piped) == comparable(module)
         assert piped["python_yaml"] is True
     finally:
         _ansible(testbed, "-m", "ansible.builtin.raw", "-a", f"rm -rf {folder}")
