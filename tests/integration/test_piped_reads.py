@@ -182,7 +182,10 @@ def test_containerd_and_kubelet_answers_over_sudo_equal_the_module(
         assert comparable(piped) == comparable(module)
         # kubelet_config's script asks the node's Python whether it has PyYAML (no module);
         # the module needs it to merge, so a node without it (a fresh testbed) gets it first.
-        has_yaml = "python3 -c 'import yaml' || apt-get install -y -q python3-yaml"
+        has_yaml = (
+            "python3 -c 'import yaml' 2>/dev/null"
+            " || { apt-get update -q && apt-get install -y -q python3-yaml; }"
+        )
         rc, installed = _ansible(testbed, "-m", "ansible.builtin.raw", "-a", has_yaml)
         assert rc == 0, installed
         piped, module = _both_ways_over_sudo(
