@@ -3,7 +3,8 @@
 # Apache License 2.0 (see LICENSE)
 """ansible-core's linear strategy, except that a task whose condition is false for a host is
 skipped in the controller's main process instead of in a forked worker, and a controller-only
-action (set_fact, debug, assert, ...) runs there whole."""
+action (set_fact, debug, assert, ...) runs there whole. include_vars there parses each vars file
+once while it stays unchanged, instead of once for every host."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ description:
   - The main process runs these one host after another; a worker for each would run them side
     by side on a controller with cores to spare. They are cheap (templating, no I/O), and the
     saved fork is the larger cost.
+  - C(include_vars) in the main process parses a file once and gives each host a deep copy of
+    what it parsed, for as long as the file's modification time, size and inode stay the same;
+    ansible-core's C(include_vars) parses it again for every host. A vault-encrypted file stays
+    marked as such in the copy, so its content is hidden as before.
   - With the C(jsonfile) or C(memory) fact cache, which hold the cached facts in memory for
     the whole run anyway, each host's facts are decoded once per run instead of for every task.
   - Callbacks that treat only ansible-core's C(linear) and C(debug) as lockstep strategies
@@ -47,7 +52,9 @@ description:
 """
 
 import copy
+import os
 import typing as t
+from collections.abc import Mapping
 
 from ansible import constants as C
 from ansible._internal import _task
@@ -118,6 +125,89 @@ class _DecodedFacts:
         return getattr(self._wrapped, name)
 
 
+class _ParsedVarsFiles:
+    """The main process's data loader, for include_vars: what it loads without ansible-core's
+    cache (cache='none', which include_vars asks for so that a file changed during the run is
+    read again) is parsed once for as long as the file's modification time, size and inode are
+    the same, and each caller gets a deep copy, as from ansible-core's own cache. The copy
+    keeps the parsed data's tags (its origin, SourceWasEncrypted for a vault-encrypted file).
+    Its containers are new; its strings and numbers, immutable, are the parsed ones (deepcopy
+    shares a plain str, but rebuilds each of the parser's tagged ones, which costs more than
+    half a parse). Everything else is the real loader's. Holds one parse per path and set of
+    options, the latest, so no more than the run's distinct vars files."""
+
+    def __init__(self, wrapped: t.Any) -> None:
+        self._wrapped = wrapped
+        self._parsed: dict[
+            tuple[str, bool, bool], tuple[tuple[int, int, int], t.Any, dict[int, t.Any]]
+        ] = {}
+
+    def load_from_file(
+        self,
+        file_name: str,
+        cache: str = "all",
+        unsafe: bool = False,
+        json_only: bool = False,
+        trusted_as_template: bool = False,
+    ) -> t.Any:
+        if cache != "none" or unsafe:
+            # ansible-core's cache, or a caller that may change what it gets: the real loader.
+            return self._wrapped.load_from_file(
+                file_name,
+                cache=cache,
+                unsafe=unsafe,
+                json_only=json_only,
+                trusted_as_template=trusted_as_template,
+            )
+        path = self._wrapped.path_dwim(file_name)
+        try:
+            # Before reading, so that a change while it is read shows as one next time.
+            found = os.stat(path)
+        except OSError:
+            return self._wrapped.load_from_file(
+                file_name, cache=cache, json_only=json_only, trusted_as_template=trusted_as_template
+            )
+        key = (path, json_only, trusted_as_template)
+        stamp = (found.st_mtime_ns, found.st_size, found.st_ino)
+        held = self._parsed.get(key)
+        if held is None or held[0] != stamp:
+            parsed = self._wrapped.load_from_file(
+                path,
+                cache="none",
+                unsafe=True,
+                json_only=json_only,
+                trusted_as_template=trusted_as_template,
+            )
+            held = self._parsed[key] = (stamp, parsed, self._immutables(parsed))
+        # deepcopy's memo, seeded with the immutable values, returns those as they are.
+        return copy.deepcopy(held[1], dict(held[2]))
+
+    @staticmethod
+    def _immutables(data: t.Any) -> dict[int, t.Any]:
+        found: dict[int, t.Any] = {}
+        seen: set[int] = set()  # YAML aliases share a container, or nest one in itself
+        pending = [data]
+        while pending:
+            item = pending.pop()
+            if isinstance(item, (str, bytes, int, float)):
+                found[id(item)] = item
+                continue
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if isinstance(item, Mapping):
+                pending.extend(item.keys())
+                pending.extend(item.values())
+            elif isinstance(item, (list, tuple, set, frozenset)):
+                pending.extend(item)
+        return found
+
+    def __getattr__(self, name: str) -> t.Any:
+        if name.startswith("__") or name == "_wrapped":
+            raise AttributeError(name)
+        return getattr(self._wrapped, name)
+
+
 class _WouldRun(BaseException):
     """The condition holds: the probe stops before the task does anything."""
 
@@ -128,6 +218,7 @@ class StrategyModule(LinearStrategyModule):
         manager = self._variable_manager
         if _DecodedFacts.applies_to(getattr(manager, "_fact_cache", None)):
             manager._fact_cache = _DecodedFacts(manager._fact_cache)
+        self._vars_files_loader = _ParsedVarsFiles(self._loader)
 
     def _queue_task(self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any) -> None:
         # What ansible-core's _queue_task records for a worker, before anything runs: the
@@ -166,12 +257,13 @@ class StrategyModule(LinearStrategyModule):
         )
 
     def _executor(self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any) -> t.Any:
+        loader = self._vars_files_loader if task.action in C._ACTION_INCLUDE_VARS else self._loader
         return TaskExecutor(
             host,
             task,
             dict(task_vars),
             play_context,
-            self._loader,
+            loader,
             plugin_loader.get_plugin_loader_namespace(),
             self._final_q,
             self._variable_manager,

@@ -5,6 +5,9 @@ kubegpu.gpu.checks) run there whole. Every result must be what ansible-core's ow
 gives, so each test runs the same playbook under both and compares the results host by host and
 task by task.
 
+include_vars in the main process parses a file once for all hosts while the file is unchanged;
+the vars-file tests show a host never gets another's values or a file's earlier text.
+
 bench/bench_node_plays.py measures what it saves on the testbed's node plays.
 """
 
@@ -20,6 +23,10 @@ from typing import Any
 
 import pytest
 import yaml
+from ansible._internal._datatag._tags import SourceWasEncrypted
+from ansible.parsing.dataloader import DataLoader
+from ansible.parsing.vault import VaultLib, VaultSecret
+from ansible_collections.kubegpu.gpu.plugins.strategy import linear
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = {"h1": {"level": 9}, "h2": {"level": 1}, "h3": {"level": 6}}
@@ -186,6 +193,60 @@ ROLE_TASKS: list[dict[str, Any]] = [
         "when": "lookup('ansible.builtin.pipe', 'echo $PPID >> ' ~ pid_log ~ '; echo false') | bool",
     },
 ]
+# The same vars file for every host and task, rewritten between two steps in place (the same size
+# and inode, a second later); an encrypted one next to it.
+SHARED_VARS = {"probe_shared": {"level": "{{ level }}", "text": "before", "nested": {"n": 1}}}
+SECRET_VARS = {"probe_secret": "hidden {{ level }}"}
+VAULT_PASSWORD = "probe-password"
+REWRITE = """
+import os, sys
+path = sys.argv[1]
+found = os.stat(path)
+with open(path, "r+") as file:
+    text = file.read().replace("before", "after_")
+    file.seek(0)
+    file.write(text)
+os.utime(path, ns=(found.st_atime_ns, found.st_mtime_ns + 1_000_000_000))
+"""
+VARS_TASKS: list[dict[str, Any]] = [
+    {"name": "Loads the shared values", "ansible.builtin.include_vars": {"file": "shared.yml"}},
+    {
+        "name": "Merges onto the loaded values where the level is high",
+        "ansible.builtin.set_fact": {
+            "probe_shared": "{{ probe_shared | combine({'nested': {'m': level}}, recursive=True) }}"
+        },
+        "when": "level | int > 5",
+    },
+    {"name": "Shows the merged values", "ansible.builtin.debug": {"var": "probe_shared"}},
+    {
+        "name": "Loads the shared values again",
+        "ansible.builtin.include_vars": {"file": "shared.yml"},
+    },
+    {"name": "Shows the values loaded again", "ansible.builtin.debug": {"var": "probe_shared"}},
+    {
+        "name": "Rewrites the shared values",
+        "ansible.builtin.command": {
+            "argv": ["{{ ansible_python_interpreter }}", "-c", REWRITE, "{{ shared_vars }}"]
+        },
+        "run_once": True,
+        "changed_when": True,
+    },
+    {
+        "name": "Loads the rewritten values",
+        "ansible.builtin.include_vars": {"file": "shared.yml"},
+    },
+    {"name": "Shows the rewritten values", "ansible.builtin.debug": {"var": "probe_shared"}},
+    {
+        "name": "Loads the encrypted values",
+        "ansible.builtin.include_vars": {"file": "secret.yml"},
+        "register": "probe_secret_loaded",
+    },
+    {"name": "Shows a decrypted value", "ansible.builtin.debug": {"msg": "{{ probe_secret }}"}},
+    {
+        "name": "Shows the registered load of the encrypted values",
+        "ansible.builtin.debug": {"var": "probe_secret_loaded"},
+    },
+]
 HANDLERS = [
     {
         "name": "Probe handler",
@@ -195,11 +256,13 @@ HANDLERS = [
 ]
 
 
-def run(tmp: Path, strategy: str, *flags: str) -> tuple[dict[str, Any], list[str], list[str]]:
+def run(
+    tmp: Path, strategy: str, *flags: str, tasks: list[dict[str, Any]] = ROLE_TASKS
+) -> tuple[dict[str, Any], list[str], list[str]]:
     role = tmp / "roles" / "probe"
     for folder, data in (
         ("vars", ROLE_VARS),
-        ("tasks", ROLE_TASKS),
+        ("tasks", tasks),
         ("handlers", HANDLERS),
     ):
         (role / folder).mkdir(parents=True, exist_ok=True)
@@ -212,6 +275,10 @@ def run(tmp: Path, strategy: str, *flags: str) -> tuple[dict[str, Any], list[str
     )
     (role / "vars" / "one.yml").write_text(yaml.safe_dump({"probe_one": "{{ level }}"}))
     (role / "vars" / "two.yml").write_text(yaml.safe_dump({"probe_three": 3}))
+    (role / "vars" / "shared.yml").write_text(yaml.safe_dump(SHARED_VARS))
+    vault = VaultLib([("default", VaultSecret(VAULT_PASSWORD.encode()))])
+    (role / "vars" / "secret.yml").write_bytes(vault.encrypt(yaml.safe_dump(SECRET_VARS)))
+    (tmp / "vault-password").write_text(VAULT_PASSWORD)
     inner = tmp / "roles" / "probe_inner"
     for folder, data in (
         ("tasks", [{"name": "Inner", "ansible.builtin.debug": {"msg": "inner {{ probe_size }}"}}]),
@@ -254,6 +321,10 @@ def run(tmp: Path, strategy: str, *flags: str) -> tuple[dict[str, Any], list[str
             f"pid_log={pid_log}",
             "-e",
             f"run_log={run_log}",
+            "-e",
+            f"shared_vars={role / 'vars' / 'shared.yml'}",
+            "--vault-password-file",
+            str(tmp / "vault-password"),
             *flags,
             str(tmp / "play.yml"),
         ],
@@ -264,7 +335,8 @@ def run(tmp: Path, strategy: str, *flags: str) -> tuple[dict[str, Any], list[str
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads(done.stdout), pid_log.read_text().split(), run_log.read_text().split()
+    logged = [log.read_text().split() if log.exists() else [] for log in (pid_log, run_log)]
+    return json.loads(done.stdout), *logged
 
 
 def results(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -328,6 +400,81 @@ def test_every_result_is_linear_s_and_controller_work_stays_in_the_main_process(
     assert len(their_runs) == len(our_runs) == len(HOSTS)
     assert len(set(their_runs)) == len(HOSTS)
     assert set(our_runs) == set(our_pids)
+
+
+def test_a_vars_file_is_parsed_once_yet_each_host_gets_its_own_and_the_latest_values(
+    tmp_path: Path,
+) -> None:
+    theirs, _, _ = run(tmp_path, "linear", tasks=VARS_TASKS)
+    ours, _, _ = run(tmp_path, "kubegpu.gpu.linear", tasks=VARS_TASKS)
+    assert results(ours) == results(theirs)
+    assert ours["stats"] == theirs["stats"]
+    by_task = {(task, host): result for task, host, result in results(ours)}
+    loaded = by_task[("Loads the shared values", "h2")]
+    assert loaded["ansible_facts"]["probe_shared"]["text"] == "before"
+    assert loaded["ansible_included_var_files"] == [
+        str(tmp_path / "roles" / "probe" / "vars" / "shared.yml")
+    ]
+    # One host's merge onto the values stays its own (and outranks include_vars there).
+    assert by_task[("Shows the merged values", "h1")]["probe_shared"]["nested"] == {"n": 1, "m": 9}
+    assert by_task[("Shows the merged values", "h2")]["probe_shared"]["nested"] == {"n": 1}
+    assert by_task[("Shows the values loaded again", "h1")]["probe_shared"]["nested"]["m"] == 9
+    # Every load gives every host the file's text of the time.
+    for host in HOSTS:
+        for task, text in (
+            ("Loads the shared values", "before"),
+            ("Loads the shared values again", "before"),
+            ("Loads the rewritten values", "after_"),
+        ):
+            assert by_task[(task, host)]["ansible_facts"] == {
+                "probe_shared": {"level": "{{ level }}", "text": text, "nested": {"n": 1}}
+            }
+    assert by_task[("Shows the rewritten values", "h2")]["probe_shared"] == {
+        "level": 1,
+        "text": "after_",
+        "nested": {"n": 1},
+    }
+    # An encrypted file's values are loaded, and the load's result hidden, as ansible-core does.
+    assert by_task[("Shows a decrypted value", "h3")]["msg"] == "hidden 6"
+    assert set(by_task[("Loads the encrypted values", "h3")]) == {"action", "censored", "changed"}
+    registered = by_task[("Shows the registered load of the encrypted values", "h3")]
+    assert registered["probe_secret_loaded"]["ansible_included_var_files"] == [
+        str(tmp_path / "roles" / "probe" / "vars" / "secret.yml")
+    ]
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "vault"])
+def test_each_load_of_a_vars_file_is_a_copy_of_its_one_parse(
+    tmp_path: Path, encrypted: bool
+) -> None:
+    text = yaml.safe_dump(SHARED_VARS)
+    secret = VaultSecret(VAULT_PASSWORD.encode())
+    path = tmp_path / "shared.yml"
+    path.write_bytes(VaultLib([("default", secret)]).encrypt(text) if encrypted else text.encode())
+    real = DataLoader()
+    real.set_vault_secrets([("default", secret)])
+    parses = []
+    load = real.load
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        parses.append(kwargs.get("file_name"))
+        return load(*args, **kwargs)
+
+    real.load = counted  # type: ignore[method-assign]
+    loader = linear._ParsedVarsFiles(real)
+    first = loader.load_from_file(str(path), cache="none", trusted_as_template=True)
+    first["probe_shared"]["nested"]["n"] = 2
+    second = loader.load_from_file(str(path), cache="none", trusted_as_template=True)
+    assert second == SHARED_VARS
+    assert parses == [str(path)]
+    # include_vars hides what it loaded from an encrypted file by this mark.
+    shown = real.load_from_file(str(path), cache="none", trusted_as_template=True)
+    assert SourceWasEncrypted.is_tagged_on(second) is encrypted
+    assert SourceWasEncrypted.is_tagged_on(shown) is encrypted
+    # Other loads, and the rest of the loader, are the real loader's.
+    assert loader.path_dwim("x.yml") == real.path_dwim("x.yml")
+    loader.load_from_file(str(path))
+    assert len(parses) == 3
 
 
 def test_the_repository_ansible_cfg_uses_it() -> None:
