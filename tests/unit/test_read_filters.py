@@ -1,0 +1,329 @@
+"""kubegpu.gpu.matching_fields and kubegpu.gpu.apt_component_sources, the Python filters that
+replaced Jinja pipelines of the nvidia_driver role's vars/main.yml.
+
+The proof is parity: one play, on one localhost pretend host per case, loads the role's own vars
+files and renders both the role's values (which now use the filters) and the Jinja expressions
+they replaced (kept verbatim below), through ansible-playbook, and every pair must be equal. The
+cases start from a real read of a testbed node (data/apt/SOURCES.md) and vary it the ways hosts
+differ. Direct calls cover the filters' errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kubegpu.gpu.plugins.filter import apt_components, lines
+
+from tests.unit.test_nvidia_driver_roles import (
+    OS_FACTS,
+    failure_message,
+    host_results,
+    pretend_os_task,
+    run_playbook,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE_VARS = REPO / "roles" / "nvidia_driver" / "vars"
+READ = (
+    Path(__file__).parent / "data" / "apt" / "driver-read-debian12-distribution.txt"
+).read_text()
+REAL = READ.splitlines()
+
+matching_fields = lines.FilterModule().filters()["matching_fields"]
+apt_component_sources = apt_components.FilterModule().filters()["apt_component_sources"]
+
+# The expressions of vars/main.yml before the filters, verbatim.
+BEFORE = {
+    "__nvidia_driver_helpers_missing": """{{ (['python3-apt']
+      + (['gpg'] if (nvidia_driver_source != 'distribution' and __nvidia_driver_repo_key_fingerprint | length > 0) else []))
+     | reject('in', __nvidia_driver_apt_read.stdout_lines | select('match', '^helper [^ ]+ .i')
+                    | map('split', ' ') | map(attribute=1) | list)
+     | list }}""",
+    "__nvidia_driver_lists_age": """{{ (__nvidia_driver_apt_read.stdout_lines | select('match', '^package-lists-age -?[0-9]+$')
+      | map('split', ' ') | map('last') | list + ['999999']) | first | int }}""",
+    "__nvidia_driver_distribution_sources": """
+  {%- set own = '/etc/apt/sources.list.d/' ~ __nvidia_driver_distribution_repo_name -%}
+  {%- set have = {} -%}
+  {%- for line in __nvidia_driver_apt_read.stdout_lines -%}
+  {%- set f = line.split(' ') -%}
+  {%- if f | length >= 4 and f[1] in __nvidia_driver_distribution_suites and not f[3].startswith(own) -%}
+  {%- set key = f[0] ~ ' ' ~ f[1] -%}
+  {%- set _ = have.update({key: have.get(key, []) + [f[2]]}) -%}
+  {%- endif -%}
+  {%- endfor -%}
+  {%- set groups = {} -%}
+  {%- for key, components in have.items() | sort -%}
+  {%- set missing = __nvidia_driver_distribution_components | reject('in', components) | list -%}
+  {%- if 'main' in components and missing | length > 0 -%}
+  {%- set uri, suite = key.split(' ') -%}
+  {%- set gkey = uri ~ ' ' ~ missing | join(',') -%}
+  {%- set entry = groups.get(gkey, {'uri': uri, 'components': missing, 'suites': []}) -%}
+  {%- set _ = entry['suites'].append(suite) -%}
+  {%- set _ = groups.update({gkey: entry}) -%}
+  {%- endif -%}
+  {%- endfor -%}
+  {%- set out = [] -%}
+  {%- for gkey, entry in groups.items() | sort -%}
+  {%- set _ = out.append(entry | combine({'name': own | basename ~ '-' ~ (gkey | hash('sha1'))[:8]})) -%}
+  {%- endfor -%}
+  {{ out }}""",
+}
+# Values that read the ones above, unchanged themselves: equal too.
+DEPENDENTS = ["__nvidia_driver_source_files"]
+
+OWN = "/etc/apt/sources.list.d/kubegpu-nvidia-distribution-ef5c2992.sources:1"
+
+
+def _target(uri: str, suite: str, component: str, entry: str) -> list[str]:
+    # indextargets prints each target once per architecture (amd64 and all here).
+    return [f"{uri} {suite} {component} {entry}"] * 2
+
+
+ARCHIVE = "http://archive.example/debian/"
+SECURITY = "http://archive.example/debian-security/"
+FRESH = [
+    "helper gpg ii ",
+    "helper python3-apt ii ",
+    "package-lists-age 86400",
+    *_target(ARCHIVE, "bookworm", "main", "/etc/apt/sources.list.d/debian.sources:1"),
+    *_target(ARCHIVE, "bookworm-updates", "main", "/etc/apt/sources.list.d/debian.sources:1"),
+    *_target(SECURITY, "bookworm-security", "main", "/etc/apt/sources.list.d/debian.sources:2"),
+]
+
+# case -> (stdout_lines of the read, host variables)
+CASES: dict[str, tuple[list[str], dict[str, Any]]] = {
+    "real_converged": (REAL, {}),
+    "fresh_host_main_only": (FRESH, {}),
+    "archive_has_contrib_already": (
+        [
+            *FRESH,
+            *_target(ARCHIVE, "bookworm", "contrib", "/etc/apt/sources.list.d/debian.sources:1"),
+            *_target(
+                ARCHIVE, "bookworm-updates", "contrib", "/etc/apt/sources.list.d/debian.sources:1"
+            ),
+        ],
+        {},
+    ),
+    # Two sources for one URI, in an order other than the suites'.
+    "only_release_has_contrib": (
+        [
+            *FRESH,
+            *_target(ARCHIVE, "bookworm", "contrib", "/etc/apt/sources.list.d/debian.sources:1"),
+        ],
+        {},
+    ),
+    "two_mirrors_mixed_case_and_other_suites": (
+        [
+            *FRESH,
+            *_target(
+                "HTTP://Mirror.Example/debian/", "bookworm", "main", "/etc/apt/sources.list:3"
+            ),
+            *_target("http://a.example/debian/", "bookworm", "main", "/etc/apt/sources.list:4"),
+            *_target("http://a.example/debian/", "bookworm", "non-free", "/etc/apt/sources.list:4"),
+            *_target("http://a.example/debian/", "bullseye", "main", "/etc/apt/sources.list:5"),
+            *_target("http://a.example/debian/", "sid", "main", "/etc/apt/sources.list:6"),
+        ],
+        {},
+    ),
+    "suite_without_main": (
+        [
+            "package-lists-age -5",
+            *_target(ARCHIVE, "bookworm", "contrib", "/etc/apt/sources.list.d/x.sources:1"),
+            *_target(ARCHIVE, "bookworm-updates", "main", OWN),
+        ],
+        {},
+    ),
+    "helpers_missing_and_no_age": (
+        ["helper python3-apt un ", "helper gpg rc ", "somethingelse"],
+        {"nvidia_driver_source": "cuda_repo", "fake_fingerprint": "ABCD"},
+    ),
+    "helper_half_installed_and_odd_lines": (
+        [
+            "helper python3-apt hi ",
+            "helper gpg iU ",
+            "helper  ii ",
+            "helpergpg ii ",
+            "package-lists-age 12x",
+            "package-lists-age 7",
+            "package-lists-age 9",
+            "a b c",
+            "",
+        ],
+        {"nvidia_driver_source": "mirror", "fake_fingerprint": "ABCD"},
+    ),
+    "nothing_read": ([], {}),
+}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp_path = tmp_path_factory.mktemp("read-filters")
+    hosts = {
+        name: {
+            "read_lines": read,
+            "nvidia_driver_source": settings.get("nvidia_driver_source", "distribution"),
+            # What __nvidia_driver_repo_key_fingerprint (vars/main.yml) reads.
+            "nvidia_driver_mirror_key_fingerprint": settings.get("fake_fingerprint", ""),
+            "nvidia_driver_cuda_repo_key_fingerprint": settings.get("fake_fingerprint", ""),
+            "fake_os": OS_FACTS["debian12"],
+        }
+        for name, (read, settings) in CASES.items()
+    }
+    play = [
+        {
+            "name": "Render the driver role's read values both ways",
+            "hosts": "all",
+            "gather_facts": False,
+            "tasks": [
+                pretend_os_task(),
+                {
+                    "name": "Load the role's values",
+                    "ansible.builtin.include_vars": {"file": "{{ path }}"},
+                    "loop": [str(ROLE_VARS / "main.yml"), str(ROLE_VARS / "Debian.yml")],
+                    "loop_control": {"loop_var": "path"},
+                },
+                {
+                    "name": "Render both",
+                    "ansible.builtin.set_fact": {
+                        "after": {name: "{{ " + name + " }}" for name in [*BEFORE, *DEPENDENTS]},
+                        "before": {
+                            **{name: expression for name, expression in BEFORE.items()},
+                            **{name: "{{ " + name + " }}" for name in DEPENDENTS},
+                        },
+                    },
+                    "vars": {
+                        "__nvidia_driver_apt_read": {"stdout_lines": "{{ read_lines }}"},
+                    },
+                },
+            ],
+        }
+    ]
+    rc, result, stderr = run_playbook(tmp_path, play, hosts)
+    failures = {host: failure_message(result, host) for host in hosts}
+    assert rc == 0, {host: message for host, message in failures.items() if message} or stderr[
+        -3000:
+    ]
+    return result
+
+
+def _facts(report: dict[str, Any], host: str) -> dict[str, Any]:
+    (result,) = [r for name, r in host_results(report, host) if name == "Render both"]
+    return result["ansible_facts"]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_filters_give_what_the_jinja_gave(report: dict[str, Any], case: str) -> None:
+    facts = _facts(report, case)
+    before, after = facts["before"], facts["after"]
+    assert set(before) == set(after) == {*BEFORE, *DEPENDENTS}
+    for name in BEFORE:
+        assert after[name] == before[name], name
+        assert type(after[name]) is type(before[name]), name
+
+
+def test_the_cases_reach_every_branch(report: dict[str, Any]) -> None:
+    values = {case: _facts(report, case)["after"] for case in CASES}
+    sources = "__nvidia_driver_distribution_sources"
+    # The real converged node: the role's own sources do not count, so every URI still lacks
+    # the three components, one source per URI with its suites.
+    # ("debian-security/" sorts before "debian/").
+    assert [(s["uri"], s["suites"]) for s in values["real_converged"][sources]] == [
+        (SECURITY, ["bookworm-security"]),
+        (ARCHIVE, ["bookworm", "bookworm-updates"]),
+    ]
+    assert values["real_converged"]["__nvidia_driver_lists_age"] == 1410
+    assert values["real_converged"]["__nvidia_driver_helpers_missing"] == []
+    # The own sources of the capture are named after the real archive URI (data/apt/SOURCES.md):
+    # here they are no longer wanted, and the two for archive.example are.
+    files = values["real_converged"]["__nvidia_driver_source_files"]
+    assert [f.get("state", f.get("mode")) for f in files] == ["0644", "0644", "absent", "absent"]
+    assert len(values["fresh_host_main_only"]["__nvidia_driver_source_files"]) == 2
+    grouped = values["archive_has_contrib_already"][sources]
+    assert [(s["uri"], s["components"]) for s in grouped] == [
+        (SECURITY, ["contrib", "non-free", "non-free-firmware"]),
+        (ARCHIVE, ["non-free", "non-free-firmware"]),
+    ]
+    # Sorted as Python sorts strings (upper case first); suites other than the release's are
+    # not counted.
+    mixed = [
+        (s["uri"], s["components"], s["suites"])
+        for s in values["two_mirrors_mixed_case_and_other_suites"][sources]
+    ]
+    assert mixed == [
+        (
+            "HTTP://Mirror.Example/debian/",
+            ["contrib", "non-free", "non-free-firmware"],
+            ["bookworm"],
+        ),
+        ("http://a.example/debian/", ["contrib", "non-free-firmware"], ["bookworm"]),
+        (SECURITY, ["contrib", "non-free", "non-free-firmware"], ["bookworm-security"]),
+        (ARCHIVE, ["contrib", "non-free", "non-free-firmware"], ["bookworm", "bookworm-updates"]),
+    ]
+    assert [
+        (s["uri"], s["suites"], s["components"])
+        for s in values["only_release_has_contrib"][sources]
+    ] == [
+        (SECURITY, ["bookworm-security"], ["contrib", "non-free", "non-free-firmware"]),
+        (ARCHIVE, ["bookworm-updates"], ["contrib", "non-free", "non-free-firmware"]),
+        (ARCHIVE, ["bookworm"], ["non-free", "non-free-firmware"]),
+    ]
+    assert values["suite_without_main"][sources] == []
+    assert values["suite_without_main"]["__nvidia_driver_lists_age"] == -5
+    assert values["helpers_missing_and_no_age"]["__nvidia_driver_helpers_missing"] == [
+        "python3-apt",
+        "gpg",
+    ]
+    assert values["helpers_missing_and_no_age"]["__nvidia_driver_lists_age"] == 999999
+    assert values["helper_half_installed_and_odd_lines"]["__nvidia_driver_helpers_missing"] == [
+        "gpg"
+    ]
+    assert values["helper_half_installed_and_odd_lines"]["__nvidia_driver_lists_age"] == 7
+    assert values["nothing_read"][sources] == []
+
+
+def test_matching_fields_picks_fields_of_matching_lines() -> None:
+    assert matching_fields(REAL, "^helper [^ ]+ .i", field=1) == ["gpg", "python3-apt"]
+    assert matching_fields(["a|b|c", "x y", "d|e"], "^[^ |]+[|]", sep="|") == [
+        ["a", "b", "c"],
+        ["d", "e"],
+    ]
+    assert matching_fields(["k 1", "k", "k 2 3"], "^k", field=-1) == ["1", "k", "3"]
+    assert matching_fields(["k 1", "k"], "^k", field=1) == ["1"]
+    assert matching_fields([], "^x") == []
+    # Matched at the start of the line, as the match test does (not searched for).
+    assert matching_fields(["xa 1", "a 2"], "a") == [["a", "2"]]
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        (("text", "^x"), {}, "list of lines"),
+        ((["a"], "("), {}, "not a regular expression"),
+        ((["a"], "^a"), {"sep": ""}, "non-empty string"),
+        ((["a"], "^a"), {"field": "1"}, "index of one field"),
+        (([1], "^a"), {}, "each line is a string"),
+    ],
+)
+def test_matching_fields_refuses_what_it_cannot_read(
+    args: tuple[Any, ...], kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(AnsibleFilterError, match=message):
+        matching_fields(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("lines", ["s"], ["c"], "/own"), "the input"),
+        ((["a b c d"], "s", ["c"], "/own"), "suites"),
+        ((["a b c d"], ["s"], [1], "/own"), "components"),
+        ((["a b c d"], ["s"], ["c"], None), "own"),
+    ],
+)
+def test_apt_component_sources_refuses_what_it_cannot_read(
+    args: tuple[Any, ...], message: str
+) -> None:
+    with pytest.raises(AnsibleFilterError, match=message):
+        apt_component_sources(*args)
