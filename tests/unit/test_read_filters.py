@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kubegpu.gpu.plugins.filter import apt_components, lines
 
@@ -25,7 +26,7 @@ from tests.unit.test_nvidia_driver_roles import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-ROLE_VARS = REPO / "roles" / "nvidia_driver" / "vars"
+ROLES = REPO / "roles"
 READ = (
     Path(__file__).parent / "data" / "apt" / "driver-read-debian12-distribution.txt"
 ).read_text()
@@ -70,7 +71,7 @@ BEFORE = {
   {%- endfor -%}
   {{ out }}""",
 }
-# Values that read the ones above, unchanged themselves: equal too.
+# Values that read the ones above, unchanged themselves: rendered on top of each side.
 DEPENDENTS = ["__nvidia_driver_source_files"]
 
 OWN = "/etc/apt/sources.list.d/kubegpu-nvidia-distribution-ef5c2992.sources:1"
@@ -157,23 +158,31 @@ CASES: dict[str, tuple[list[str], dict[str, Any]]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    tmp_path = tmp_path_factory.mktemp("read-filters")
-    hosts = {
-        name: {
-            "read_lines": read,
-            "nvidia_driver_source": settings.get("nvidia_driver_source", "distribution"),
-            # What __nvidia_driver_repo_key_fingerprint (vars/main.yml) reads.
-            "nvidia_driver_mirror_key_fingerprint": settings.get("fake_fingerprint", ""),
-            "nvidia_driver_cuda_repo_key_fingerprint": settings.get("fake_fingerprint", ""),
-            "fake_os": OS_FACTS["debian12"],
-        }
-        for name, (read, settings) in CASES.items()
+def render_both(
+    tmp_path: Path,
+    vars_dir: Path,
+    before: dict[str, str],
+    names: list[str],
+    hosts: dict[str, dict[str, Any]],
+    task_vars: dict[str, Any],
+) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Render `names` on every host twice, each through ansible-playbook: with the role's
+    vars/main.yml as it is, and with a copy whose `before` values are the old expressions.
+    Returns case -> (values before, values now)."""
+    old = yaml.safe_load((vars_dir / "main.yml").read_text())
+    assert set(before) <= set(old)
+    old.update(before)
+    old_file = tmp_path / "main-before.yml"
+    old_file.write_text(yaml.safe_dump(old, sort_keys=False))
+    sides = {"before": str(old_file), "now": str(vars_dir / "main.yml")}
+    inventory = {
+        f"{case}__{side}": {**settings, "main_vars": path, "fake_os": OS_FACTS["debian12"]}
+        for case, settings in hosts.items()
+        for side, path in sides.items()
     }
     play = [
         {
-            "name": "Render the driver role's read values both ways",
+            "name": "Render the role's read values with the old and the new expressions",
             "hosts": "all",
             "gather_facts": False,
             "tasks": [
@@ -181,50 +190,58 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 {
                     "name": "Load the role's values",
                     "ansible.builtin.include_vars": {"file": "{{ path }}"},
-                    "loop": [str(ROLE_VARS / "main.yml"), str(ROLE_VARS / "Debian.yml")],
+                    "loop": ["{{ main_vars }}", str(vars_dir / "Debian.yml")],
                     "loop_control": {"loop_var": "path"},
                 },
                 {
-                    "name": "Render both",
+                    "name": "Render",
                     "ansible.builtin.set_fact": {
-                        "after": {name: "{{ " + name + " }}" for name in [*BEFORE, *DEPENDENTS]},
-                        "before": {
-                            **{name: expression for name, expression in BEFORE.items()},
-                            **{name: "{{ " + name + " }}" for name in DEPENDENTS},
-                        },
+                        "rendered": {name: "{{ " + name + " }}" for name in names}
                     },
-                    "vars": {
-                        "__nvidia_driver_apt_read": {"stdout_lines": "{{ read_lines }}"},
-                    },
+                    "vars": task_vars,
                 },
             ],
         }
     ]
-    rc, result, stderr = run_playbook(tmp_path, play, hosts)
-    failures = {host: failure_message(result, host) for host in hosts}
-    assert rc == 0, {host: message for host, message in failures.items() if message} or stderr[
-        -3000:
-    ]
-    return result
+    rc, result, stderr = run_playbook(tmp_path, play, inventory)
+    failures = {host: failure_message(result, host) for host in inventory}
+    assert rc == 0, {h: m for h, m in failures.items() if m} or stderr[-3000:]
+
+    def rendered(host: str) -> dict[str, Any]:
+        (found,) = [r for name, r in host_results(result, host) if name == "Render"]
+        return found["ansible_facts"]["rendered"]
+
+    return {case: (rendered(f"{case}__before"), rendered(f"{case}__now")) for case in hosts}
 
 
-def _facts(report: dict[str, Any], host: str) -> dict[str, Any]:
-    (result,) = [r for name, r in host_results(report, host) if name == "Render both"]
-    return result["ansible_facts"]
+@pytest.fixture(scope="module")
+def driver(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    hosts = {
+        name: {
+            "read_lines": read,
+            "nvidia_driver_source": settings.get("nvidia_driver_source", "distribution"),
+            # What __nvidia_driver_repo_key_fingerprint (vars/main.yml) reads.
+            "nvidia_driver_mirror_key_fingerprint": settings.get("fake_fingerprint", ""),
+            "nvidia_driver_cuda_repo_key_fingerprint": settings.get("fake_fingerprint", ""),
+        }
+        for name, (read, settings) in CASES.items()
+    }
+    return render_both(
+        tmp_path_factory.mktemp("driver-reads"),
+        ROLES / "nvidia_driver" / "vars",
+        BEFORE,
+        [*BEFORE, *DEPENDENTS],
+        hosts,
+        {"__nvidia_driver_apt_read": {"stdout_lines": "{{ read_lines }}"}},
+    )
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_the_filters_give_what_the_jinja_gave(report: dict[str, Any], case: str) -> None:
-    facts = _facts(report, case)
-    before, after = facts["before"], facts["after"]
-    assert set(before) == set(after) == {*BEFORE, *DEPENDENTS}
-    for name in BEFORE:
-        assert after[name] == before[name], name
-        assert type(after[name]) is type(before[name]), name
-
-
-def test_the_cases_reach_every_branch(report: dict[str, Any]) -> None:
-    values = {case: _facts(report, case)["after"] for case in CASES}
+def test_the_driver_cases_reach_every_branch(
+    driver: dict[str, tuple[dict[str, Any], dict[str, Any]]],
+) -> None:
+    values = {case: now for case, (_before, now) in driver.items()}
     sources = "__nvidia_driver_distribution_sources"
     # The real converged node: the role's own sources do not count, so every URI still lacks
     # the three components, one source per URI with its suites.
@@ -281,6 +298,144 @@ def test_the_cases_reach_every_branch(report: dict[str, Any]) -> None:
     ]
     assert values["helper_half_installed_and_odd_lines"]["__nvidia_driver_lists_age"] == 7
     assert values["nothing_read"][sources] == []
+
+
+# The nvidia_container_toolkit role's values from its repository read, before the filter.
+TOOLKIT_BEFORE = {
+    "__nvidia_container_toolkit_rows": """{{ __nvidia_container_toolkit_first_rows.stdout_lines | select('match', '^[^ |]+[|]')
+     | map('split', '|') | list }}""",
+    "__nvidia_container_toolkit_helpers_missing": """{{ (['gpg'] if nvidia_container_toolkit_repo_key_fingerprint | length > 0 else [])
+     | reject('in', __nvidia_container_toolkit_repo_read.stdout_lines | select('match', '^pkg [^ ]+ .i')
+                    | map('split', ' ') | map(attribute=1) | list)
+     | list }}""",
+    "__nvidia_container_toolkit_keyring_dir_stale": """{{ 'dir directory 755 root root' not in __nvidia_container_toolkit_repo_read.stdout_lines
+     or __nvidia_container_toolkit_repo_read.stdout_lines | select('match', '^other ') | list | length > 0 }}""",
+    "__nvidia_container_toolkit_keyring_row": """{{ (__nvidia_container_toolkit_repo_read.stdout_lines | select('match', '^keyring ') | first | default('keyring')).split(' ') }}""",
+}
+TOOLKIT_DEPENDENTS = [
+    "__nvidia_container_toolkit_installed",
+    "__nvidia_container_toolkit_rows_at_version",
+    "__nvidia_container_toolkit_outdated",
+    "__nvidia_container_toolkit_unsettled",
+    "__nvidia_container_toolkit_unselected",
+    "__nvidia_container_toolkit_key_stale",
+]
+TOOLKIT_READ = (
+    (Path(__file__).parent / "data" / "apt" / "toolkit-read-debian12.txt").read_text().splitlines()
+)
+_ROWS = [line for line in TOOLKIT_READ if "|" in line]
+TOOLKIT_CASES: dict[str, tuple[list[str], dict[str, Any]]] = {
+    "real_held": (TOOLKIT_READ, {}),
+    "real_not_held_wanted": (TOOLKIT_READ, {"nvidia_container_toolkit_hold": False}),
+    "other_version_wanted": (TOOLKIT_READ, {"nvidia_container_toolkit_version": "1.17.8-1"}),
+    "glob_version": (TOOLKIT_READ, {"nvidia_container_toolkit_version": "1.18.*"}),
+    "fresh_host": (
+        ["pkg gpg un ", "other /etc/apt/keyrings/kubegpu-nvidia-container-toolkit.asc"],
+        {},
+    ),
+    "partly_installed": (
+        [
+            "pkg gpg iU ",
+            "keyring 00ff 600 root root",
+            "dir directory 700 root root",
+            "source /etc/apt/sources.list.d/nvidia-container-toolkit.list",
+            _ROWS[0].replace("|hi |", "|rc |"),
+            _ROWS[1].replace("1.18.0-1", "1.17.8-1"),
+            _ROWS[2].replace("|hold", "|install"),
+            "nvidia-container-toolkit-base|iU |1.18.0-1",
+            "|x|y|z",
+            "with space|ii |1|hold",
+        ],
+        {"nvidia_container_toolkit_repo_key_checksum": "sha256:00ff"},
+    ),
+    "no_fingerprint": (TOOLKIT_READ, {"nvidia_container_toolkit_repo_key_fingerprint": ""}),
+    "nothing_read": ([], {}),
+}
+
+
+@pytest.fixture(scope="module")
+def toolkit(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    defaults = yaml.safe_load(
+        (ROLES / "nvidia_container_toolkit" / "defaults" / "main.yml").read_text()
+    )
+    hosts = {
+        name: {
+            "read_lines": read,
+            "nvidia_container_toolkit_packages": defaults["nvidia_container_toolkit_packages"],
+            "nvidia_container_toolkit_version": "1.18.0-1",
+            "nvidia_container_toolkit_hold": True,
+            "nvidia_container_toolkit_repo_key_fingerprint": "ABCD",
+            "nvidia_container_toolkit_repo_key_checksum": "",
+            "nvidia_container_toolkit_repo_key_file": "",
+            **settings,
+        }
+        for name, (read, settings) in TOOLKIT_CASES.items()
+    }
+    return render_both(
+        tmp_path_factory.mktemp("toolkit-reads"),
+        ROLES / "nvidia_container_toolkit" / "vars",
+        TOOLKIT_BEFORE,
+        [*TOOLKIT_BEFORE, *TOOLKIT_DEPENDENTS],
+        hosts,
+        {
+            "__nvidia_container_toolkit_repo_read": {"stdout_lines": "{{ read_lines }}"},
+            "__nvidia_container_toolkit_query": {"skipped": True, "changed": False},
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("role", "case"),
+    [("driver", case) for case in CASES] + [("toolkit", case) for case in TOOLKIT_CASES],
+)
+def test_the_values_are_what_the_jinja_gave(
+    request: pytest.FixtureRequest, role: str, case: str
+) -> None:
+    before, now = request.getfixturevalue(role)[case]
+    names = {
+        "driver": {*BEFORE, *DEPENDENTS},
+        "toolkit": {*TOOLKIT_BEFORE, *TOOLKIT_DEPENDENTS},
+    }[role]
+    assert set(before) == set(now) == names
+    for name in before:
+        assert now[name] == before[name], name
+        assert type(now[name]) is type(before[name]), name
+
+
+def test_the_toolkit_cases_reach_every_branch(
+    toolkit: dict[str, tuple[dict[str, Any], dict[str, Any]]],
+) -> None:
+    values = {case: now for case, (_before, now) in toolkit.items()}
+    prefix = "__nvidia_container_toolkit_"
+    real = values["real_held"]
+    assert len(real[prefix + "rows"]) == 4
+    assert real[prefix + "outdated"] == real[prefix + "unselected"] == []
+    assert real[prefix + "helpers_missing"] == []
+    assert real[prefix + "keyring_dir_stale"] is False
+    assert real[prefix + "keyring_row"][2:] == ["644", "root", "root"]
+    assert real[prefix + "key_stale"] is False
+    assert len(values["real_not_held_wanted"][prefix + "unselected"]) == 4
+    assert len(values["other_version_wanted"][prefix + "outdated"]) == 4
+    assert values["glob_version"][prefix + "outdated"] == []
+    fresh = values["fresh_host"]
+    assert fresh[prefix + "helpers_missing"] == ["gpg"]
+    assert fresh[prefix + "keyring_dir_stale"] is True
+    assert fresh[prefix + "keyring_row"] == ["keyring"]
+    assert fresh[prefix + "key_stale"] is True
+    partly = values["partly_installed"]
+    assert [row[0] for row in partly[prefix + "rows"]] == [
+        "libnvidia-container-tools",
+        "libnvidia-container1",
+        "nvidia-container-toolkit",
+        "nvidia-container-toolkit-base",
+    ]
+    assert partly[prefix + "helpers_missing"] == ["gpg"]
+    assert partly[prefix + "keyring_dir_stale"] is True
+    assert partly[prefix + "key_stale"] is True
+    assert values["no_fingerprint"][prefix + "helpers_missing"] == []
+    assert values["nothing_read"][prefix + "rows"] == []
 
 
 def test_matching_fields_picks_fields_of_matching_lines() -> None:
