@@ -38,6 +38,13 @@ description:
     what it parsed, for as long as the file's modification time, size and inode stay the same;
     ansible-core's C(include_vars) parses it again for every host. A vault-encrypted file stays
     marked as such in the copy, so its content is hidden as before.
+  - At the start of a play, for each of the first hosts (as many as C(forks)) whose first task
+    runs in the main process and whose connection is ansible's C(ssh) plugin with
+    C(ControlPersist) in its C(ssh_args), a forked child opens the SSH master connection through
+    ansible-core's own executor, on a copy of that task, with C(BatchMode=yes) and without
+    waiting for it; the handshakes then happen while the controller works instead of at the
+    first task that connects. A host it cannot reach fails at that task as before.
+    C(KUBEGPU_PRECONNECT=0) turns it off (plugin_utils/preconnect.py).
   - With the C(jsonfile) or C(memory) fact cache, which hold the cached facts in memory for
     the whole run anyway, each host's facts are decoded once per run instead of for every task.
   - Callbacks that treat only ansible-core's C(linear) and C(debug) as lockstep strategies
@@ -51,8 +58,10 @@ description:
     plays under this one and ansible-core's and compares every result.
 """
 
+import contextlib
 import copy
 import os
+import signal
 import typing as t
 from collections.abc import Mapping
 
@@ -64,6 +73,7 @@ from ansible.plugins import loader as plugin_loader
 from ansible.plugins.cache import BaseFileCacheModule
 from ansible.plugins.cache.memory import CacheModule as MemoryCache
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
+from ansible_collections.kubegpu.gpu.plugins.plugin_utils import preconnect
 
 
 # Actions that run on the controller alone, need no connection, and change nothing outside the
@@ -219,6 +229,44 @@ class StrategyModule(LinearStrategyModule):
         if _DecodedFacts.applies_to(getattr(manager, "_fact_cache", None)):
             manager._fact_cache = _DecodedFacts(manager._fact_cache)
         self._vars_files_loader = _ParsedVarsFiles(self._loader)
+
+    def run(self, iterator: t.Any, play_context: t.Any) -> t.Any:
+        children = self._preconnect(iterator, play_context) if preconnect.enabled() else []
+        try:
+            return super().run(iterator, play_context)
+        finally:
+            for pid in preconnect.reap(children):
+                # Still connecting (or stuck) when the play is over: no use any more.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            preconnect.reap(children, wait=True)
+
+    def _preconnect(self, iterator: t.Any, play_context: t.Any) -> list[int]:
+        """Start the SSH masters of the first hosts (as many as forks) whose first task runs
+        on the controller, in the background (plugin_utils/preconnect.py)."""
+        children: list[int] = []
+        play = iterator._play
+        self._set_hosts_cache(play)  # as the linear strategy's run() does first
+        for host in self.get_hosts_left(iterator)[: max(1, self._tqm._forks)]:
+            _state, task = iterator.get_next_task_for_host(host, peek=True)
+            if task is None or not self._runs_in_main(task):
+                continue
+            task_vars = self._variable_manager.get_vars(play=play, host=host, task=task)
+            self.add_tqm_variables(task_vars, play=play)
+            if preconnect.connection_name(task_vars, task, self._loader) not in preconnect.SSH:
+                continue
+            pid = preconnect.start(
+                host,
+                task,
+                task_vars,
+                play_context,
+                self._loader,
+                plugin_loader.get_plugin_loader_namespace(),
+                self._variable_manager,
+            )
+            if pid:
+                children.append(pid)
+        return children
 
     def _queue_task(self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any) -> None:
         # What ansible-core's _queue_task records for a worker, before anything runs: the
