@@ -23,6 +23,9 @@ description:
     (three digits and a dot, after an optional epoch), else empty.
   - C(target) is O(version) when it is given; else the installed version when it is on O(branch)
     and O(allow_change) is false; else C(candidate_version).
+  - The role's first APT read makes the version read too, after a line C(#version-read) and up to
+    a line C(#version-read-ok); given such a read, the filter takes those lines as the version
+    read.
   - The upstream part of a package version is what the role's C(__nvidia_driver_upstream_regex)
     takes (C(535.309.01-0+deb12u1) gives C(535.309.01), C(3:580.95.05-1) gives C(580.95.05)); a
     version that is not a driver version is left as it is, as C(regex_replace) leaves it.
@@ -86,6 +89,9 @@ _UPSTREAM = re.compile(r"^(?:[0-9]+:)?([0-9]{3}(?:[.][0-9]+){1,2})(?:[-~+].*)?$"
 _CANDIDATE = re.compile(r"Candidate: (\S+)")
 _INSTALLED = re.compile(r"^.i")
 _DRIVER_VERSION = re.compile(r"^([0-9]+:)?[0-9]{3}[.]")
+# The lines around the version read inside the role's first APT read (tasks/install-Debian.yml).
+_MARKER = "#version-read"
+_DONE = "#version-read-ok"
 
 
 def _upstream(version):
@@ -112,6 +118,12 @@ def nvidia_driver_versions(read, version, branch, allow_change):
             "nvidia_driver_versions: allow_change is %r; pass it through the bool filter"
             % (allow_change,)
         )
+    if _MARKER in lines:
+        # The first APT read, which makes the version read too, after its marker line.
+        start = lines.index(_MARKER) + 1
+        end = lines.index(_DONE) if _DONE in lines[start:] else len(lines)
+        lines = lines[start:end]
+        stdout = "\n".join(lines)
     row = lines[0] if lines else ""
     installed = _upstream(row.split("|")[-1]) if _INSTALLED.match(row) else ""
     found = _CANDIDATE.search(stdout)

@@ -116,6 +116,7 @@ ROLE_VARS = (
     "__nvidia_driver_first_group",
     "__nvidia_driver_candidate_regex",
     "__nvidia_driver_version_changing",
+    "__nvidia_driver_version_output",
 )
 
 
@@ -534,6 +535,37 @@ def test_the_filters_set_what_the_jinja_pipelines_set(case: str) -> None:
             assert [_plain_type(item) for item in now[name]] == [
                 _plain_type(item) for item in value
             ], name
+
+
+def _folded(variables: dict[str, Any]) -> dict[str, Any]:
+    """The same inputs when the first APT read made the version read (between its markers,
+    after lines of its own part) and the version read task was left out."""
+    read = variables["__nvidia_driver_version_reads"]
+    first = [
+        "helper gpg ii ",
+        "helper python3-apt ii ",
+        "package-lists-age 120",
+        "http://archive.example/debian/ bookworm main /etc/apt/sources.list.d/debian.sources:1",
+        "#version-read",
+        *read["stdout_lines"],
+        "#version-read-ok",
+    ]
+    return {
+        **variables,
+        "__nvidia_driver_version_reads": SKIPPED,
+        "__nvidia_driver_apt_read": _result("\n".join(first) + "\n"),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.usefixtures("collection_loader")
+def test_the_first_reads_version_part_sets_what_the_version_read_sets(case: str) -> None:
+    """tasks/install-Debian.yml leaves the version read out when the first APT read made it."""
+    now = _case(case)[1]
+    variables = _folded(CASES[case])
+    versions = _render(_now(VERSIONS_TASK), variables)
+    folded = {**versions, **_render(_now(PLAN_TASK), {**variables, **versions})}
+    assert folded == now
 
 
 @pytest.mark.usefixtures("collection_loader")
