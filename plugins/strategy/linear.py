@@ -251,7 +251,13 @@ class StrategyModule(LinearStrategyModule):
             _state, task = iterator.get_next_task_for_host(host, peek=True)
             if task is None or not self._runs_in_main(task):
                 continue
-            task_vars = self._variable_manager.get_vars(play=play, host=host, task=task)
+            task_vars = self._variable_manager.get_vars(
+                play=play,
+                host=host,
+                task=task,
+                _hosts=self._hosts_cache,
+                _hosts_all=self._hosts_cache_all,
+            )
             self.add_tqm_variables(task_vars, play=play)
             if preconnect.connection_name(task_vars, task, self._loader) not in preconnect.SSH:
                 continue
