@@ -114,7 +114,6 @@ vars:
 ROLE_VARS = (
     "__nvidia_driver_upstream_regex",
     "__nvidia_driver_first_group",
-    "__nvidia_driver_candidate_regex",
     "__nvidia_driver_version_changing",
     "__nvidia_driver_version_output",
 )
@@ -178,9 +177,17 @@ def _trusted(value: Any) -> Any:
     return value
 
 
+# The role's value the old expressions read, before plugins/filter/driver_versions.py took it
+# over as _CANDIDATE.
+CANDIDATE_REGEX = r"Candidate: (\S+)"
+
+
 def _role_vars() -> dict[str, Any]:
     data = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
-    return {name: data[name] for name in ROLE_VARS}
+    return {
+        **{name: data[name] for name in ROLE_VARS},
+        "__nvidia_driver_candidate_regex": CANDIDATE_REGEX,
+    }
 
 
 def _render(task: dict[str, Any], variables: dict[str, Any]) -> dict[str, Any]:
