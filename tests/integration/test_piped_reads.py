@@ -11,15 +11,13 @@ Python on the node, the facts the module returns.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.integration import ansible_json
 from tests.unit.test_piped_facts import comparable
 
 pytestmark = [pytest.mark.integration]
@@ -29,34 +27,11 @@ USER = "kgpiped"
 
 
 def _ansible(testbed: Any, *args: str) -> tuple[int, dict[str, Any]]:
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_CACHE_PLUGIN="memory",
+    rc, report = ansible_json.run(
+        "ansible", ["-i", str(testbed.inventory), testbed.node_names[0], *args]
     )
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible"),
-            "-i",
-            str(testbed.inventory),
-            testbed.node_names[0],
-            *args,
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    try:
-        report = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"no JSON from ansible: {proc.stdout[-2000:]} {proc.stderr[-2000:]}")
     result: dict[str, Any] = report["plays"][0]["tasks"][0]["hosts"][testbed.node_names[0]]
-    return proc.returncode, result
+    return rc, result
 
 
 @pytest.fixture(scope="module")

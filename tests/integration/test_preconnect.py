@@ -9,15 +9,14 @@ result, and the play ends as it would without the pre-connection."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.integration import ansible_json
 
 pytestmark = [pytest.mark.integration]
 
@@ -49,18 +48,9 @@ def _run(
     (tmp_path / "group.yml").write_text(yaml.safe_dump(hosts))
     control = tmp_path / "cp"
     control.mkdir()
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_CACHE_PLUGIN="memory",
-        ANSIBLE_SSH_CONTROL_PATH_DIR=str(control),
-        **extra_env,
-    )
-    proc = subprocess.run(
+    rc, report = ansible_json.run(
+        "ansible-playbook",
         [
-            str(Path(sys.executable).parent / "ansible-playbook"),
             "-i",
             str(testbed.inventory),
             "-i",
@@ -71,17 +61,8 @@ def _run(
             "preconnect",
             str(tmp_path / "play.yml"),
         ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+        {"ANSIBLE_SSH_CONTROL_PATH_DIR": str(control), **extra_env},
     )
-    try:
-        report = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"no JSON: {proc.stdout[-2000:]} {proc.stderr[-2000:]}")
     masters = sorted(p for p in control.iterdir() if p.is_socket())
     # Stop the masters this test made (ssh -O exit through each socket).
     for socket in masters:
@@ -91,7 +72,7 @@ def _run(
             timeout=30,
             check=False,
         )
-    return proc.returncode, report, [p.name for p in masters]
+    return rc, report, [p.name for p in masters]
 
 
 CONTROLLER_ONLY = [
