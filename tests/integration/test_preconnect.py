@@ -98,7 +98,23 @@ def test_a_play_of_controller_tasks_leaves_a_master_per_reachable_host(
     masters = {}
     for side, env in (("on", {}), ("off", {"KUBEGPU_PRECONNECT": "0"})):
         (tmp_path / side).mkdir()
-        rc, report, masters[side] = _run(testbed, tmp_path / side, CONTROLLER_ONLY, env)
+        # The play ends (and stops the children still connecting) only when both masters are
+        # there or 10 s have passed: on a loaded machine two quick tasks may end before the
+        # handshakes do. The wait runs on the controller (a pipe lookup), so it connects nothing.
+        wait = (
+            f"for i in $(seq 40); do [ $(ls -A {tmp_path / side / 'cp'} | wc -l) -ge 2 ] && break;"
+            " sleep 0.25; done"
+        )
+        tasks = [
+            *CONTROLLER_ONLY,
+            {
+                "name": "Wait on the controller for the masters",
+                "ansible.builtin.debug": {"msg": "{{ lookup('ansible.builtin.pipe', wait) }}"},
+                "vars": {"wait": wait},
+                "when": "inventory_hostname == 'closed'",
+            },
+        ]
+        rc, report, masters[side] = _run(testbed, tmp_path / side, tasks, env)
         assert rc == 0, report
         results = _results(report)
         assert set(results) == {*testbed.node_names[:2], "closed"}
