@@ -3,8 +3,9 @@
 # Apache License 2.0 (see LICENSE)
 """ansible-core's linear strategy, except that a task whose condition is false for a host is
 skipped in the controller's main process instead of in a forked worker, and a controller-only
-action (set_fact, debug, assert, ...) runs there whole. include_vars there parses each vars file
-once while it stays unchanged, instead of once for every host."""
+action (set_fact, debug, assert, ...) runs there whole, the work shared with a helper process per
+spare CPU. include_vars there parses each vars file once while it stays unchanged, instead of
+once for every host."""
 
 from __future__ import annotations
 
@@ -31,9 +32,18 @@ description:
     condition is false the result (the same C(skipped) result a worker returns) goes to the
     result queue, and no worker starts. When it is true, or anything else happens (an error, an
     undefined variable), the task is queued to a worker as usual, which evaluates it again.
-  - The main process runs these one host after another; a worker for each would run them side
-    by side on a controller with cores to spare. They are cheap (templating, no I/O), and the
-    saved fork is the larger cost.
+  - The main process does this work for a task when the strategy waits for the task's results,
+    and shares it with helper processes when the controller has CPUs to spare (as many helpers
+    as further CPUs this process may run on; C(KUBEGPU_MAIN_HELPERS) sets the most, C(0) turns
+    them off), and only as many as there are free worker slots (C(forks)) and pairs of hosts
+    (two hosts at least for each process, so that the fork pays). Each helper is forked as a
+    worker is, after the task's variables are worked out for every host, and runs the last
+    hosts' share one host after another, as the main process runs the first hosts'. A helper
+    sends each result to the result queue as a worker does; of conditions, it sends back which
+    are false and the main process sends those results, and queues a worker for each host whose
+    condition holds. Conditions are shared only when the first host's is false (else the task
+    likely runs everywhere, and a helper's work would come back as workers to start).
+    ansible-core's check of its workers watches the helpers too; one that dies fails the run.
   - C(include_vars) in the main process parses a file once and gives each host a deep copy of
     what it parsed, for as long as the file's modification time, size and inode stay the same;
     ansible-core's C(include_vars) parses it again for every host. A vault-encrypted file stays
@@ -66,13 +76,17 @@ import typing as t
 from collections.abc import Mapping
 
 from ansible import constants as C
+from ansible.errors import AnsibleError
 from ansible._internal import _task
+from ansible.executor.process.worker import WorkerProcess
 from ansible.executor.task_executor import TaskExecutor
 from ansible.executor.task_result import _RawTaskResult
 from ansible.plugins import loader as plugin_loader
 from ansible.plugins.cache import BaseFileCacheModule
 from ansible.plugins.cache.memory import CacheModule as MemoryCache
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
+from ansible.utils.multiprocessing import context as multiprocessing_context
+from ansible import context
 from ansible_collections.kubegpu.gpu.plugins.plugin_utils import preconnect
 
 
@@ -218,6 +232,51 @@ class _ParsedVarsFiles:
         return getattr(self._wrapped, name)
 
 
+def _helpers_allowed() -> int:
+    """How many helper processes may share a task's controller-only work with the main process:
+    KUBEGPU_MAIN_HELPERS if set (0 turns them off), else one for each CPU this process may run
+    on beyond the one it runs on."""
+    setting = os.environ.get("KUBEGPU_MAIN_HELPERS", "").strip()
+    if not setting:
+        return len(os.sched_getaffinity(0)) - 1
+    if not setting.isdigit():
+        raise AnsibleError(
+            f"KUBEGPU_MAIN_HELPERS is {setting!r}: allowed are 0 (no helper processes) or a"
+            " positive whole number (at most that many), or unset (one per further CPU)"
+        )
+    return int(setting)
+
+
+class _Helper(WorkerProcess):
+    """A worker that runs a share of a task's controller-only work, several hosts one after
+    another, as the main process would (StrategyModule._run_in_main or _skip_in_main). It sends
+    each result to the results queue as a worker does, or, given a pipe, sends what each job
+    gave back through it, for the main process to act on. ansible-core's strategy watches it as
+    one of its workers: one that dies raises "A worker was found in a dead state"."""
+
+    def __init__(
+        self,
+        jobs: list[tuple[t.Any, ...]],
+        run: t.Callable[..., t.Any],
+        answers: t.Any = None,
+        **kwargs: t.Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._jobs = jobs
+        self._run_job = run
+        self._answers = answers
+
+    def _run(self) -> None:
+        if self._answers is not None:
+            self._answers.send([self._run_job(*job) for job in self._jobs])
+            return
+        for host, task, task_vars, play_context in self._jobs:
+            result, fields = self._run_job(host, task, task_vars, play_context)
+            self._final_q.send_task_result(
+                _RawTaskResult(host=host, task=task, return_data=result, task_fields=fields)
+            )
+
+
 class _WouldRun(BaseException):
     """The condition holds: the probe stops before the task does anything."""
 
@@ -229,6 +288,12 @@ class StrategyModule(LinearStrategyModule):
         if _DecodedFacts.applies_to(getattr(manager, "_fact_cache", None)):
             manager._fact_cache = _DecodedFacts(manager._fact_cache)
         self._vars_files_loader = _ParsedVarsFiles(self._loader)
+        # The task being queued, (host, task, vars, play context) for each host, that runs in
+        # the main process, or whose condition it evaluates, when the strategy waits for the
+        # task's results; with helper processes when there are CPUs for them (_share).
+        self._runs: list[tuple[t.Any, ...]] = []
+        self._probes: list[tuple[t.Any, ...]] = []
+        self._helpers = _helpers_allowed()
 
     def run(self, iterator: t.Any, play_context: t.Any) -> t.Any:
         children = self._preconnect(iterator, play_context) if preconnect.enabled() else []
@@ -286,18 +351,110 @@ class StrategyModule(LinearStrategyModule):
         }
         if self._runs_in_main(task):
             self._tqm.send_callback("v2_runner_on_start", host, task)
-            result, fields = self._run_in_main(host, task, task_vars, play_context)
+            self._runs.append((host, task, task_vars, play_context))
+        elif self._may_skip_in_main(task):
+            self._probes.append((host, task, task_vars, play_context))
         else:
-            done = self._skip_in_main(host, task, task_vars, play_context)
-            if done is None:
-                super()._queue_task(host, task, task_vars, play_context)
-                return
-            self._tqm.send_callback("v2_runner_on_start", host, task)
-            result, fields = done
-        self._final_q.send_task_result(
-            _RawTaskResult(host=host, task=task, return_data=result, task_fields=fields)
-        )
+            super()._queue_task(host, task, task_vars, play_context)
+            return
         self._pending_results += 1
+
+    def _wait_on_pending_results(self, iterator: t.Any) -> t.Any:
+        runs, self._runs = self._runs, []
+        probes, self._probes = self._probes, []
+        if runs:
+            _, mine = self._share(runs, self._run_in_main, piped=False)
+            for job in mine:
+                self._send(job, *self._run_in_main(*job))
+        if probes:
+            self._evaluate(probes)
+        return super()._wait_on_pending_results(iterator)
+
+    def _evaluate(self, probes: list[tuple[t.Any, ...]]) -> None:
+        """Skip the task where its condition is false; queue it to a worker where it holds."""
+        done = [self._skip_in_main(*probes[0])]
+        if done[0] is None:
+            # It runs on the first host, and likely on the others: no helper, whose work would
+            # come back as workers to start.
+            done.extend(self._skip_in_main(*job) for job in probes[1:])
+            answered = probes
+        else:
+            helpers, mine = self._share(probes[1:], self._skip_in_main, piped=True)
+            done.extend(self._skip_in_main(*job) for job in mine)
+            answered = [probes[0], *mine]
+            for helper, reader, share in helpers:
+                done.extend(self._answers_of(helper, reader))
+                answered.extend(share)
+        for job, skipped in zip(answered, done):
+            if skipped is None:
+                self._pending_results -= 1  # counted again as the worker's
+                super()._queue_task(*job)
+            else:
+                self._tqm.send_callback("v2_runner_on_start", job[0], job[1])
+                self._send(job, *skipped)
+
+    def _share(
+        self, jobs: list[tuple[t.Any, ...]], run: t.Callable[..., t.Any], piped: bool
+    ) -> tuple[list[tuple[t.Any, t.Any, list[tuple[t.Any, ...]]]], list[tuple[t.Any, ...]]]:
+        """Start helper processes, each forked like a worker, on the last hosts' jobs, as many
+        as there are CPUs and free worker slots for, each with two jobs at least (so that the
+        fork is worth it); the first hosts' are the main process's, returned with the helpers
+        (helper, the pipe it answers through or None, its jobs)."""
+        free = [
+            i for i, worker in enumerate(self._workers) if worker is None or not worker.is_alive()
+        ]
+        parts = min(self._helpers + 1, len(jobs) // 2, len(free) + 1)
+        if parts < 2:
+            return [], jobs
+        kept = len(jobs) // parts
+        started = []
+        for i, slot in enumerate(free[: parts - 1]):
+            share = jobs[kept + i :: parts - 1]
+            reader, writer = multiprocessing_context.Pipe(duplex=False) if piped else (None, None)
+            if self._workers[slot] is not None:
+                self._workers[slot].close()
+            self._workers[slot] = helper = _Helper(
+                share,
+                run,
+                writer,
+                final_q=self._final_q,
+                host=share[0][0],
+                task=share[0][1],
+                task_vars=share[0][2],
+                play_context=share[0][3],
+                loader=self._loader,
+                variable_manager=self._variable_manager,
+                shared_loader_obj=plugin_loader.get_plugin_loader_namespace(),
+                worker_id=slot,
+                cliargs=context.CLIARGS,
+            )
+            helper.start()
+            if writer is not None:
+                writer.close()
+            started.append((helper, reader, share))
+        return started, jobs[:kept]
+
+    @staticmethod
+    def _answers_of(helper: t.Any, reader: t.Any) -> list[t.Any]:
+        try:
+            while not reader.poll(0.002):
+                if helper.exitcode is not None and not reader.poll():
+                    raise EOFError
+            return list(reader.recv())
+        except EOFError:
+            raise AnsibleError(
+                f"kubegpu.gpu.linear: the helper process {helper.pid} that evaluated a condition"
+                f" ended without its answers (exit code {helper.exitcode})"
+            ) from None
+        finally:
+            reader.close()
+
+    def _send(
+        self, job: tuple[t.Any, ...], result: dict[str, t.Any], fields: dict[str, t.Any]
+    ) -> None:
+        self._final_q.send_task_result(
+            _RawTaskResult(host=job[0], task=job[1], return_data=result, task_fields=fields)
+        )
 
     @staticmethod
     def _runs_in_main(task: t.Any) -> bool:
@@ -309,6 +466,11 @@ class StrategyModule(LinearStrategyModule):
             and not (task.delegate_to or task.until or task.async_val or task.timeout)
             and not (task.loop_control and task.loop_control.pause)
         )
+
+    @staticmethod
+    def _may_skip_in_main(task: t.Any) -> bool:
+        """A task with a condition, which a false one skips whole (no loop, no delegation)."""
+        return bool(task.when) and not (task.loop or task.loop_with or task.delegate_to)
 
     def _executor(self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any) -> t.Any:
         loader = self._vars_files_loader if task.action in C._ACTION_INCLUDE_VARS else self._loader
@@ -340,8 +502,6 @@ class StrategyModule(LinearStrategyModule):
     def _skip_in_main(
         self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any
     ) -> tuple[dict[str, t.Any], dict[str, t.Any]] | None:
-        if not task.when or task.loop or task.loop_with or task.delegate_to:
-            return None
         # A shallow copy: the executor squashes it (sets its inherited attributes on it) and
         # sets its delegate_to; the task's parents and values stay shared and unchanged.
         probe = copy.copy(task)

@@ -24,12 +24,15 @@ from typing import Any
 import pytest
 import yaml
 from ansible._internal._datatag._tags import SourceWasEncrypted
+from ansible.errors import AnsibleError
 from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.vault import VaultLib, VaultSecret
 from ansible_collections.kubegpu.gpu.plugins.strategy import linear
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = {"h1": {"level": 9}, "h2": {"level": 1}, "h3": {"level": 6}}
+# Enough hosts for two helper processes (each takes two hosts at least) beside the main one.
+MORE_HOSTS = {**HOSTS, "h4": {"level": 3}, "h5": {"level": 8}, "h6": {"level": 2}}
 
 ROLE_VARS = {
     # A role var over a host var: rendered per host, so a value cached for one host and served
@@ -192,6 +195,11 @@ ROLE_TASKS: list[dict[str, Any]] = [
         "ansible.builtin.debug": {"msg": "never"},
         "when": "lookup('ansible.builtin.pipe', 'echo $PPID >> ' ~ pid_log ~ '; echo false') | bool",
     },
+    {
+        "name": "Records which process evaluates a false condition of a module task",
+        "ansible.builtin.command": "false",
+        "when": "lookup('ansible.builtin.pipe', 'echo $PPID >> ' ~ probe_log ~ '; echo false') | bool",
+    },
 ]
 # The same vars file for every host and task, rewritten between two steps in place (the same size
 # and inode, a second later); an encrypted one next to it.
@@ -256,9 +264,48 @@ HANDLERS = [
 ]
 
 
+def playbook(
+    tmp: Path, hosts: dict[str, dict[str, Any]], env: dict[str, str], *args: str
+) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook ARGS TMP/play.yml on these hosts (local connections) under the
+    repository's ansible.cfg, with these environment settings on top (KUBEGPU_MAIN_HELPERS
+    only if given)."""
+    inventory = {
+        "all": {
+            "hosts": hosts,
+            "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+        }
+    }
+    (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    environment = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    environment.pop("KUBEGPU_MAIN_HELPERS", None)
+    return subprocess.run(
+        [
+            str(Path(sys.executable).with_name("ansible-playbook")),
+            "-i",
+            str(tmp / "inventory.yml"),
+            *args,
+            str(tmp / "play.yml"),
+        ],
+        cwd=tmp,
+        env=dict(environment, **env),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+
+
 def run(
-    tmp: Path, strategy: str, *flags: str, tasks: list[dict[str, Any]] = ROLE_TASKS
-) -> tuple[dict[str, Any], list[str], list[str]]:
+    tmp: Path,
+    strategy: str,
+    *flags: str,
+    tasks: list[dict[str, Any]] = ROLE_TASKS,
+    hosts: dict[str, dict[str, Any]] = HOSTS,
+    helpers: int | None = None,
+) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The play's JSON report, and which processes wrote each log (pid_log: the debug task's
+    false condition, run_log: a set_fact, probe_log: a module task's false condition)."""
     role = tmp / "roles" / "probe"
     for folder, data in (
         ("vars", ROLE_VARS),
@@ -288,55 +335,35 @@ def run(
         (inner / folder).mkdir(parents=True, exist_ok=True)
         name = "argument_specs.yml" if folder == "meta" else "main.yml"
         (inner / folder / name).write_text(yaml.safe_dump(data, sort_keys=False))
-    inventory = {
-        "all": {
-            "hosts": HOSTS,
-            "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
-        }
-    }
-    (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    pid_log = tmp / f"pids-{strategy}.log"
-    run_log = tmp / f"ran-{strategy}.log"
-    for log in (pid_log, run_log):
+    logs = {name: tmp / f"{name}-{strategy}.log" for name in ("pid_log", "run_log", "probe_log")}
+    for log in logs.values():
         log.unlink(missing_ok=True)
     play = [{"hosts": "all", "gather_facts": False, "roles": ["probe"]}]
     (tmp / "play.yml").write_text(yaml.safe_dump(play))
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_ROLES_PATH=str(tmp / "roles"),
-        ANSIBLE_STRATEGY=strategy,
+    env = {
+        "ANSIBLE_ROLES_PATH": str(tmp / "roles"),
+        "ANSIBLE_STRATEGY": strategy,
         # The fact cache of this run alone (the plays cache facts).
-        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp / f"facts-{strategy}"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_NOCOLOR="1",
-    )
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("ansible-playbook")),
-            "-i",
-            str(tmp / "inventory.yml"),
-            "-e",
-            f"pid_log={pid_log}",
-            "-e",
-            f"run_log={run_log}",
-            "-e",
-            f"shared_vars={role / 'vars' / 'shared.yml'}",
-            "--vault-password-file",
-            str(tmp / "vault-password"),
-            *flags,
-            str(tmp / "play.yml"),
-        ],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp / f"facts-{strategy}"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+    }
+    if helpers is not None:
+        env["KUBEGPU_MAIN_HELPERS"] = str(helpers)
+    done = playbook(
+        tmp,
+        hosts,
+        env,
+        *(arg for name, log in logs.items() for arg in ("-e", f"{name}={log}")),
+        "-e",
+        f"shared_vars={role / 'vars' / 'shared.yml'}",
+        "--vault-password-file",
+        str(tmp / "vault-password"),
+        *flags,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    logged = [log.read_text().split() if log.exists() else [] for log in (pid_log, run_log)]
-    return json.loads(done.stdout), *logged
+    logged = {name: log.read_text().split() if log.exists() else [] for name, log in logs.items()}
+    return json.loads(done.stdout), logged
 
 
 def results(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -351,12 +378,15 @@ def results(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     return found
 
 
+@pytest.mark.parametrize("helpers", [None, 2], ids=["main", "helpers"])
 @pytest.mark.parametrize("flags", [(), ("--check",)], ids=["run", "check"])
 def test_every_result_is_linear_s_and_controller_work_stays_in_the_main_process(
-    tmp_path: Path, flags: tuple[str, ...]
+    tmp_path: Path, flags: tuple[str, ...], helpers: int | None
 ) -> None:
-    theirs, their_pids, their_runs = run(tmp_path, "linear", *flags)
-    ours, our_pids, our_runs = run(tmp_path, "kubegpu.gpu.linear", *flags)
+    # Three hosts: too few for a helper (whatever the CPUs); six with two helpers allowed.
+    hosts = MORE_HOSTS if helpers else HOSTS
+    theirs, their_logs = run(tmp_path, "linear", *flags, hosts=hosts)
+    ours, our_logs = run(tmp_path, "kubegpu.gpu.linear", *flags, hosts=hosts, helpers=helpers)
     assert results(ours) == results(theirs)
     assert ours["stats"] == theirs["stats"]
     by_task = {(task, host): result for task, host, result in results(ours)}
@@ -390,23 +420,33 @@ def test_every_result_is_linear_s_and_controller_work_stays_in_the_main_process(
     assert by_task[("Inner", "h2")]["msg"] == "inner 4"
     assert by_task[("Shows under the block's no_log", "h2")]["msg"] == "secret 1"
     assert "secret" not in json.dumps(by_task[("Shows under the block's no_log", "h1")])
-    # ansible-core's linear evaluates the false condition in a worker per host; ours in the
-    # one main process, for all three hosts.
-    assert len(their_pids) == len(our_pids) == len(HOSTS)
-    assert len(set(their_pids)) == len(HOSTS)
-    assert len(set(our_pids)) == 1 and our_pids[0] not in their_pids
-    # A set_fact runs in a worker per host under ansible-core's linear, in the main process
-    # (the same one that skipped the false conditions) under ours.
-    assert len(their_runs) == len(our_runs) == len(HOSTS)
-    assert len(set(their_runs)) == len(HOSTS)
-    assert set(our_runs) == set(our_pids)
+    # ansible-core's linear runs each of these in a worker per host.
+    for name in ("pid_log", "run_log", "probe_log"):
+        assert len(their_logs[name]) == len(our_logs[name]) == len(hosts)
+        assert len(set(their_logs[name])) == len(hosts)
+        assert not set(their_logs[name]) & set(our_logs[name])
+    pids, runs, probes = (set(our_logs[name]) for name in ("pid_log", "run_log", "probe_log"))
+    if not helpers:
+        # Ours: in the one main process, for all three hosts.
+        assert len(pids) == 1 and pids == runs == probes
+    else:
+        # Ours: the main process runs the first two hosts' controller-only work, and two
+        # helpers two hosts' each; it evaluates the module task's condition for the first
+        # three, and one helper for the other three (the first host's false condition is
+        # what lets a helper share the rest).
+        main = pids & runs & probes
+        assert len(main) == 1
+        assert len(pids) == len(runs) == 3 and len(probes) == 2
+        assert [our_logs["run_log"].count(pid) for pid in sorted(runs - main)] == [2, 2]
+        assert our_logs["probe_log"].count(next(iter(main))) == 3
 
 
 def test_a_vars_file_is_parsed_once_yet_each_host_gets_its_own_and_the_latest_values(
     tmp_path: Path,
 ) -> None:
-    theirs, _, _ = run(tmp_path, "linear", tasks=VARS_TASKS)
-    ours, _, _ = run(tmp_path, "kubegpu.gpu.linear", tasks=VARS_TASKS)
+    theirs, _ = run(tmp_path, "linear", tasks=VARS_TASKS, hosts=MORE_HOSTS)
+    # Two helpers load the last four hosts' files, a helper per task for each two hosts.
+    ours, _ = run(tmp_path, "kubegpu.gpu.linear", tasks=VARS_TASKS, hosts=MORE_HOSTS, helpers=2)
     assert results(ours) == results(theirs)
     assert ours["stats"] == theirs["stats"]
     by_task = {(task, host): result for task, host, result in results(ours)}
@@ -420,7 +460,7 @@ def test_a_vars_file_is_parsed_once_yet_each_host_gets_its_own_and_the_latest_va
     assert by_task[("Shows the merged values", "h2")]["probe_shared"]["nested"] == {"n": 1}
     assert by_task[("Shows the values loaded again", "h1")]["probe_shared"]["nested"]["m"] == 9
     # Every load gives every host the file's text of the time.
-    for host in HOSTS:
+    for host in MORE_HOSTS:
         for task, text in (
             ("Loads the shared values", "before"),
             ("Loads the shared values again", "before"),
@@ -481,3 +521,46 @@ def test_the_repository_ansible_cfg_uses_it() -> None:
     config = configparser.ConfigParser(interpolation=None)
     config.read(REPO / "ansible.cfg")
     assert config.get("defaults", "strategy") == "kubegpu.gpu.linear"
+
+
+# The last host's job kills the process it runs in: a helper, which holds the last hosts' jobs.
+KILL = "lookup('ansible.builtin.pipe', 'kill -9 $PPID' if inventory_hostname == 'h6' else 'true')"
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        {"ansible.builtin.set_fact": {"probe_killed": "{{ " + KILL + " }}"}},
+        {"ansible.builtin.command": "false", "when": KILL + " == 'never'"},
+    ],
+    ids=["runs", "conditions"],
+)
+def test_a_helper_that_dies_fails_the_run_and_says_so(tmp_path: Path, task: dict[str, Any]) -> None:
+    play = [{"hosts": "all", "gather_facts": False, "tasks": [{"name": "Dies on h6", **task}]}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    facts = str(tmp_path / "facts")
+    done = playbook(
+        tmp_path,
+        MORE_HOSTS,
+        {"ANSIBLE_CACHE_PLUGIN_CONNECTION": facts, "KUBEGPU_MAIN_HELPERS": "1"},
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said[-3000:]
+    if "ansible.builtin.set_fact" in task:
+        # ansible-core's own check of its workers, which watches the helpers too.
+        assert "A worker was found in a dead state" in said, said[-3000:]
+    else:
+        assert "the helper process" in said and "ended without its answers" in said, said[-3000:]
+
+
+def test_a_wrong_number_of_helpers_is_refused_before_any_host_is_touched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for wrong in ("-1", "two", "1.5"):
+        monkeypatch.setenv("KUBEGPU_MAIN_HELPERS", wrong)
+        with pytest.raises(AnsibleError, match=r"KUBEGPU_MAIN_HELPERS is .*allowed are 0"):
+            linear._helpers_allowed()
+    monkeypatch.setenv("KUBEGPU_MAIN_HELPERS", "3")
+    assert linear._helpers_allowed() == 3
+    monkeypatch.delenv("KUBEGPU_MAIN_HELPERS")
+    assert linear._helpers_allowed() == len(os.sched_getaffinity(0)) - 1
