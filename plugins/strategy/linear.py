@@ -68,6 +68,7 @@ description:
     plays under this one and ansible-core's and compares every result.
 """
 
+import collections
 import contextlib
 import copy
 import os
@@ -277,6 +278,19 @@ class _Helper(WorkerProcess):
             )
 
 
+class _Announced(collections.deque):  # type: ignore[type-arg]
+    """The results the results thread has taken in, which wakes the strategy's wait on their
+    lock (a Condition) as each comes in. The thread appends with the lock held."""
+
+    def __init__(self, lock: t.Any) -> None:
+        super().__init__()
+        self._lock = lock
+
+    def append(self, item: t.Any) -> None:
+        super().append(item)
+        self._lock.notify_all()
+
+
 class _WouldRun(BaseException):
     """The condition holds: the probe stops before the task does anything."""
 
@@ -284,6 +298,8 @@ class _WouldRun(BaseException):
 class StrategyModule(LinearStrategyModule):
     def __init__(self, tqm: t.Any) -> None:
         super().__init__(tqm)
+        # Nothing has come in yet: the results thread starts with the first task.
+        self._results = _Announced(self._results_lock)
         manager = self._variable_manager
         if _DecodedFacts.applies_to(getattr(manager, "_fact_cache", None)):
             manager._fact_cache = _DecodedFacts(manager._fact_cache)
@@ -368,30 +384,44 @@ class StrategyModule(LinearStrategyModule):
                 self._send(job, *self._run_in_main(*job))
         if probes:
             self._evaluate(probes)
-        return super()._wait_on_pending_results(iterator)
+        # ansible-core's wait, except that it sleeps until a result comes in (or the poll
+        # interval is over), not for the whole interval whenever one is still out.
+        found: list[t.Any] = []
+        while self._pending_results > 0 and not self._tqm._terminated:
+            if self._tqm.has_dead_workers():
+                raise AnsibleError("A worker was found in a dead state")
+            found.extend(self._process_pending_results(iterator))
+            with self._results_lock:
+                if self._pending_results > 0 and not self._results:
+                    self._results_lock.wait(C.DEFAULT_INTERNAL_POLL_INTERVAL)
+        return found
 
     def _evaluate(self, probes: list[tuple[t.Any, ...]]) -> None:
-        """Skip the task where its condition is false; queue it to a worker where it holds."""
-        done = [self._skip_in_main(*probes[0])]
-        if done[0] is None:
+        """Skip the task where its condition is false; queue it to a worker where it holds,
+        as soon as that is known for a host the main process evaluates."""
+        first = self._skip_in_main(*probes[0])
+        self._act(probes[0], first)
+        if first is None:
             # It runs on the first host, and likely on the others: no helper, whose work would
             # come back as workers to start.
-            done.extend(self._skip_in_main(*job) for job in probes[1:])
-            answered = probes
+            helpers, mine = [], probes[1:]
         else:
             helpers, mine = self._share(probes[1:], self._skip_in_main, piped=True)
-            done.extend(self._skip_in_main(*job) for job in mine)
-            answered = [probes[0], *mine]
-            for helper, reader, share in helpers:
-                done.extend(self._answers_of(helper, reader))
-                answered.extend(share)
-        for job, skipped in zip(answered, done):
-            if skipped is None:
-                self._pending_results -= 1  # counted again as the worker's
-                super()._queue_task(*job)
-            else:
-                self._tqm.send_callback("v2_runner_on_start", job[0], job[1])
-                self._send(job, *skipped)
+        for job in mine:
+            self._act(job, self._skip_in_main(*job))
+        for helper, reader, share in helpers:
+            for job, skipped in zip(share, self._answers_of(helper, reader)):
+                self._act(job, skipped)
+
+    def _act(
+        self, job: tuple[t.Any, ...], skipped: tuple[dict[str, t.Any], dict[str, t.Any]] | None
+    ) -> None:
+        if skipped is None:
+            self._pending_results -= 1  # counted again as the worker's
+            super()._queue_task(*job)
+        else:
+            self._tqm.send_callback("v2_runner_on_start", job[0], job[1])
+            self._send(job, *skipped)
 
     def _share(
         self, jobs: list[tuple[t.Any, ...]], run: t.Callable[..., t.Any], piped: bool

@@ -98,6 +98,13 @@ ROLE_TASKS: list[dict[str, Any]] = [
         "rescue": [{"name": "Rescued", "ansible.builtin.debug": {"msg": "rescued"}}],
     },
     {
+        # False on the first host, so that helpers share the rest, and true on some of theirs.
+        "name": "Runs a module where the level is low",
+        "ansible.builtin.command": "echo low {{ level }}",
+        "changed_when": False,
+        "when": "level | int < 5",
+    },
+    {
         "name": "Notifies where the level is high",
         "ansible.builtin.command": "true",
         "changed_when": True,
@@ -397,6 +404,14 @@ def test_every_result_is_linear_s_and_controller_work_stays_in_the_main_process(
     assert by_task[("Inside, with its own condition too", "h2")]["skipped"] is True
     assert by_task[("A condition on a play context value the task sets", "h1")]["msg"] == "user"
     assert by_task[("Rescued", "h2")]["msg"] == "rescued"
+    assert by_task[("Runs a module where the level is low", "h1")]["skipped"] is True
+    for host, level in (("h2", "1"), ("h6", "2")) if helpers else (("h2", "1"),):
+        # The module ran (in check mode it says it would have run the command).
+        assert by_task[("Runs a module where the level is low", host)]["cmd"] == [
+            "echo",
+            "low",
+            level,
+        ]
     assert by_task[("Fails on the undefined variable", "h2")]["failed"] is True
     assert len(by_task[("A loop, each item with the condition", "h1")]["results"]) == 2
     assert ours["stats"]["h1"]["skipped"] > 0 and ours["stats"]["h2"]["changed"] == 0
