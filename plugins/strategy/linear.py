@@ -42,7 +42,8 @@ description:
     sends each result to the result queue as a worker does; of conditions, it sends back which
     are false and the main process sends those results, and queues a worker for each host whose
     condition holds. Conditions are shared only when the first host's is false (else the task
-    likely runs everywhere, and a helper's work would come back as workers to start).
+    likely runs everywhere, and a helper's work would come back as workers to start). A task
+    with C(throttle) is not shared.
     ansible-core's check of its workers watches the helpers too; one that dies fails the run.
   - C(include_vars) in the main process parses a file once and gives each host a deep copy of
     what it parsed, for as long as the file's modification time, size and inode stay the same;
@@ -430,6 +431,9 @@ class StrategyModule(LinearStrategyModule):
         as there are CPUs and free worker slots for, each with two jobs at least (so that the
         fork is worth it); the first hosts' are the main process's, returned with the helpers
         (helper, the pipe it answers through or None, its jobs)."""
+        if jobs and jobs[0][1].throttle:
+            # A throttled task keeps to one process at a time, as before the helpers.
+            return [], jobs
         free = [
             i for i, worker in enumerate(self._workers) if worker is None or not worker.is_alive()
         ]

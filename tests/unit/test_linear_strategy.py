@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 HOSTS = {"h1": {"level": 9}, "h2": {"level": 1}, "h3": {"level": 6}}
 # Enough hosts for two helper processes (each takes two hosts at least) beside the main one.
 MORE_HOSTS = {**HOSTS, "h4": {"level": 3}, "h5": {"level": 8}, "h6": {"level": 2}}
+LOGS = ("pid_log", "run_log", "probe_log", "throttle_log")
 
 ROLE_VARS = {
     # A role var over a host var: rendered per host, so a value cached for one host and served
@@ -116,6 +117,13 @@ ROLE_TASKS: list[dict[str, Any]] = [
         "ansible.builtin.set_fact": {
             "probe_fact": "{{ lookup('ansible.builtin.pipe', 'echo $PPID >> ' ~ run_log ~ '; echo set') }}",
         },
+    },
+    {
+        "name": "Sets a fact one host at a time, recording which process runs it",
+        "ansible.builtin.set_fact": {
+            "probe_throttled": "{{ lookup('ansible.builtin.pipe', 'echo $PPID >> ' ~ throttle_log ~ '; echo set') }}",
+        },
+        "throttle": 1,
     },
     {
         "name": "Caches a fact",
@@ -312,7 +320,8 @@ def run(
     helpers: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, list[str]]]:
     """The play's JSON report, and which processes wrote each log (pid_log: the debug task's
-    false condition, run_log: a set_fact, probe_log: a module task's false condition)."""
+    false condition, run_log: a set_fact, probe_log: a module task's false condition,
+    throttle_log: a set_fact with throttle 1)."""
     role = tmp / "roles" / "probe"
     for folder, data in (
         ("vars", ROLE_VARS),
@@ -342,7 +351,7 @@ def run(
         (inner / folder).mkdir(parents=True, exist_ok=True)
         name = "argument_specs.yml" if folder == "meta" else "main.yml"
         (inner / folder / name).write_text(yaml.safe_dump(data, sort_keys=False))
-    logs = {name: tmp / f"{name}-{strategy}.log" for name in ("pid_log", "run_log", "probe_log")}
+    logs = {name: tmp / f"{name}-{strategy}.log" for name in LOGS}
     for log in logs.values():
         log.unlink(missing_ok=True)
     play = [{"hosts": "all", "gather_facts": False, "roles": ["probe"]}]
@@ -436,11 +445,13 @@ def test_every_result_is_linear_s_and_controller_work_stays_in_the_main_process(
     assert by_task[("Shows under the block's no_log", "h2")]["msg"] == "secret 1"
     assert "secret" not in json.dumps(by_task[("Shows under the block's no_log", "h1")])
     # ansible-core's linear runs each of these in a worker per host.
-    for name in ("pid_log", "run_log", "probe_log"):
+    for name in LOGS:
         assert len(their_logs[name]) == len(our_logs[name]) == len(hosts)
         assert len(set(their_logs[name])) == len(hosts)
         assert not set(their_logs[name]) & set(our_logs[name])
-    pids, runs, probes = (set(our_logs[name]) for name in ("pid_log", "run_log", "probe_log"))
+    pids, runs, probes, throttled = (set(our_logs[name]) for name in LOGS)
+    # A throttled task: in the main process alone, helpers or not.
+    assert throttled == pids & runs & probes
     if not helpers:
         # Ours: in the one main process, for all three hosts.
         assert len(pids) == 1 and pids == runs == probes
