@@ -251,10 +251,10 @@ def _helpers_allowed() -> int:
 
 class _Helper(WorkerProcess):
     """A worker that runs a share of a task's controller-only work, several hosts one after
-    another, as the main process would (StrategyModule._run_in_main or _skip_in_main). It sends
-    each result to the results queue as a worker does, or, given a pipe, sends what each job
-    gave back through it, for the main process to act on. ansible-core's strategy watches it as
-    one of its workers: one that dies raises "A worker was found in a dead state"."""
+    another, as the main process would (StrategyModule._run_and_send, which sends each result
+    to the results queue as a worker does, or _skip_in_main, whose answers it sends back
+    through a pipe for the main process to act on). ansible-core's strategy watches it as one
+    of its workers: one that dies raises "A worker was found in a dead state"."""
 
     def __init__(
         self,
@@ -269,14 +269,9 @@ class _Helper(WorkerProcess):
         self._answers = answers
 
     def _run(self) -> None:
+        answers = [self._run_job(*job) for job in self._jobs]
         if self._answers is not None:
-            self._answers.send([self._run_job(*job) for job in self._jobs])
-            return
-        for host, task, task_vars, play_context in self._jobs:
-            result, fields = self._run_job(host, task, task_vars, play_context)
-            self._final_q.send_task_result(
-                _RawTaskResult(host=host, task=task, return_data=result, task_fields=fields)
-            )
+            self._answers.send(answers)
 
 
 class _Announced(collections.deque):  # type: ignore[type-arg]
@@ -380,9 +375,9 @@ class StrategyModule(LinearStrategyModule):
         runs, self._runs = self._runs, []
         probes, self._probes = self._probes, []
         if runs:
-            _, mine = self._share(runs, self._run_in_main, piped=False)
+            _, mine = self._share(runs, self._run_and_send, piped=False)
             for job in mine:
-                self._send(job, *self._run_in_main(*job))
+                self._run_and_send(*job)
         if probes:
             self._evaluate(probes)
         # ansible-core's wait, except that it sleeps until a result comes in (or the poll
@@ -482,6 +477,11 @@ class StrategyModule(LinearStrategyModule):
             ) from None
         finally:
             reader.close()
+
+    def _run_and_send(
+        self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any
+    ) -> None:
+        self._send((host, task), *self._run_in_main(host, task, task_vars, play_context))
 
     def _send(
         self, job: tuple[t.Any, ...], result: dict[str, t.Any], fields: dict[str, t.Any]
