@@ -58,6 +58,12 @@ description:
     C(KUBEGPU_PRECONNECT=0) turns it off (plugin_utils/preconnect.py).
   - With the C(jsonfile) or C(memory) fact cache, which hold the cached facts in memory for
     the whole run anyway, each host's facts are decoded once per run instead of for every task.
+  - Every template render of ansible-core wraps the variables it is given into a new lazy dict,
+    one marker object per variable, and a task renders the same variables several times (its
+    fields, its conditions, its arguments). Under this strategy the markers of a task's
+    variables are made once and copied for each render, as long as every key and value of the
+    variables is still the same object; a render's resolved values stay in its own copy.
+    C(KUBEGPU_VARS_WRAP_REUSE=0) turns it off (plugin_utils/lazy_vars.py).
   - Callbacks that treat only ansible-core's C(linear) and C(debug) as lockstep strategies
     by name, such as C(ansible.posix.json), group results by host under this one, as they do
     under any other strategy.
@@ -89,7 +95,7 @@ from ansible.plugins.cache.memory import CacheModule as MemoryCache
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
 from ansible.utils.multiprocessing import context as multiprocessing_context
 from ansible import context
-from ansible_collections.kubegpu.gpu.plugins.plugin_utils import preconnect
+from ansible_collections.kubegpu.gpu.plugins.plugin_utils import lazy_vars, preconnect
 
 
 # Actions that run on the controller alone, need no connection, and change nothing outside the
@@ -306,6 +312,8 @@ class StrategyModule(LinearStrategyModule):
         self._runs: list[tuple[t.Any, ...]] = []
         self._probes: list[tuple[t.Any, ...]] = []
         self._helpers = _helpers_allowed()
+        # A task's renders share one lazy wrap of its variables (plugin_utils/lazy_vars.py).
+        lazy_vars.install()
 
     def run(self, iterator: t.Any, play_context: t.Any) -> t.Any:
         children = self._preconnect(iterator, play_context) if preconnect.enabled() else []

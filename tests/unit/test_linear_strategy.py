@@ -590,3 +590,23 @@ def test_a_wrong_number_of_helpers_is_refused_before_any_host_is_touched(
     assert linear._helpers_allowed() == 3
     monkeypatch.delenv("KUBEGPU_MAIN_HELPERS")
     assert linear._helpers_allowed() == len(os.sched_getaffinity(0)) - 1
+
+
+def test_a_wrong_vars_wrap_setting_is_refused_before_any_host_is_touched(tmp_path: Path) -> None:
+    # The strategy puts plugin_utils/lazy_vars.py in place when it starts (its own tests:
+    # tests/unit/test_lazy_vars.py), and refuses a value it does not know there.
+    touched = tmp_path / "touched"
+    task = {"ansible.builtin.file": {"path": str(touched), "state": "touch"}}
+    play = [{"hosts": "all", "gather_facts": False, "tasks": [task]}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    env = {"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts")}
+    done = playbook(tmp_path, HOSTS, {**env, "KUBEGPU_VARS_WRAP_REUSE": "yes"})
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said[-3000:]
+    assert "KUBEGPU_VARS_WRAP_REUSE='yes': allowed are 1" in said, said[-3000:]
+    assert not touched.exists()
+    for allowed in ("0", "1"):
+        done = playbook(tmp_path, HOSTS, {**env, "KUBEGPU_VARS_WRAP_REUSE": allowed})
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        assert touched.exists()
+        touched.unlink()
