@@ -36,9 +36,13 @@ description:
     and shares it with helper processes when the controller has CPUs to spare (as many helpers
     as further CPUs this process may run on; C(KUBEGPU_MAIN_HELPERS) sets the most, C(0) turns
     them off), and only as many as there are free worker slots (C(forks)) and pairs of hosts
-    (two hosts at least for each process, so that the fork pays). Each helper is forked as a
-    worker is, after the task's variables are worked out for every host, and runs the last
-    hosts' share one host after another, as the main process runs the first hosts'. A helper
+    (two hosts at least for each process), and only when the work a helper would take comes to
+    C(KUBEGPU_HELPER_MIN_MS) (default 20) milliseconds of CPU at least, reckoned from what the
+    task's first host took the main process (a helper costs more than its fork, as each side
+    copies the memory pages it writes afterwards, and the helper unmaps them all when it ends;
+    C(0) shares every task a helper can take). Each helper is forked as a worker is, after the
+    main process has done the first host's work, and runs the last hosts' share one host after
+    another, as the main process runs the first hosts'. A helper
     sends each result to the result queue as a worker does; of conditions, it sends back which
     are false and the main process sends those results, and queues a worker for each host whose
     condition holds. Conditions are shared only when the first host's is false (else the task
@@ -80,6 +84,7 @@ import contextlib
 import copy
 import os
 import signal
+import time
 import typing as t
 from collections.abc import Mapping
 
@@ -255,6 +260,31 @@ def _helpers_allowed() -> int:
     return int(setting)
 
 
+# The least work, in ms of the main process's CPU, that a helper's share must come to for the
+# helper to be forked (KUBEGPU_HELPER_MIN_MS). A helper costs the controller more CPU than its
+# fork: it and the main process each copy the pages they then write (copy-on-write), and it
+# unmaps them all when it exits; on the testbed's 2-CPU machine that came to about 15 ms a
+# helper, and the main process's next host ran 4-6 ms slower after each fork.
+HELPER_MIN_MS = 20.0
+
+
+def _helper_min_ms() -> float:
+    """KUBEGPU_HELPER_MIN_MS if set, else HELPER_MIN_MS."""
+    setting = os.environ.get("KUBEGPU_HELPER_MIN_MS", "").strip()
+    if not setting:
+        return HELPER_MIN_MS
+    try:
+        value = float(setting)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise AnsibleError(
+            f"KUBEGPU_HELPER_MIN_MS is {setting!r}: allowed are a number of milliseconds, 0 or"
+            f" more (0 shares every task a helper can take), or unset ({HELPER_MIN_MS:g})"
+        )
+    return value
+
+
 class _Helper(WorkerProcess):
     """A worker that runs a share of a task's controller-only work, several hosts one after
     another, as the main process would (StrategyModule._run_and_send, which sends each result
@@ -312,6 +342,7 @@ class StrategyModule(LinearStrategyModule):
         self._runs: list[tuple[t.Any, ...]] = []
         self._probes: list[tuple[t.Any, ...]] = []
         self._helpers = _helpers_allowed()
+        self._helper_min_ms = _helper_min_ms()
         # A task's renders share one lazy wrap of its variables (plugin_utils/lazy_vars.py).
         lazy_vars.install()
 
@@ -383,8 +414,12 @@ class StrategyModule(LinearStrategyModule):
         runs, self._runs = self._runs, []
         probes, self._probes = self._probes, []
         if runs:
-            _, mine = self._share(runs, self._run_and_send, piped=False)
-            for job in mine:
+            # The first host's run, timed, tells what a helper's share would come to.
+            started = time.thread_time()
+            self._run_and_send(*runs[0])
+            cost = time.thread_time() - started
+            _, mine = self._share(runs, self._run_and_send, piped=False, cost=cost)
+            for job in mine[1:]:
                 self._run_and_send(*job)
         if probes:
             self._evaluate(probes)
@@ -403,14 +438,16 @@ class StrategyModule(LinearStrategyModule):
     def _evaluate(self, probes: list[tuple[t.Any, ...]]) -> None:
         """Skip the task where its condition is false; queue it to a worker where it holds,
         as soon as that is known for a host the main process evaluates."""
+        started = time.thread_time()
         first = self._skip_in_main(*probes[0])
+        cost = time.thread_time() - started
         self._act(probes[0], first)
         if first is None:
             # It runs on the first host, and likely on the others: no helper, whose work would
             # come back as workers to start.
             helpers, mine = [], probes[1:]
         else:
-            helpers, mine = self._share(probes[1:], self._skip_in_main, piped=True)
+            helpers, mine = self._share(probes[1:], self._skip_in_main, piped=True, cost=cost)
         for job in mine:
             self._act(job, self._skip_in_main(*job))
         for helper, reader, share in helpers:
@@ -428,12 +465,18 @@ class StrategyModule(LinearStrategyModule):
             self._send(job, *skipped)
 
     def _share(
-        self, jobs: list[tuple[t.Any, ...]], run: t.Callable[..., t.Any], piped: bool
+        self,
+        jobs: list[tuple[t.Any, ...]],
+        run: t.Callable[..., t.Any],
+        piped: bool,
+        cost: float,
     ) -> tuple[list[tuple[t.Any, t.Any, list[tuple[t.Any, ...]]]], list[tuple[t.Any, ...]]]:
         """Start helper processes, each forked like a worker, on the last hosts' jobs, as many
-        as there are CPUs and free worker slots for, each with two jobs at least (so that the
-        fork is worth it); the first hosts' are the main process's, returned with the helpers
-        (helper, the pipe it answers through or None, its jobs)."""
+        as there are CPUs and free worker slots for, each with two jobs at least, and only
+        when a helper's share, at cost (seconds of CPU, what one job of the task took the main
+        process), comes to KUBEGPU_HELPER_MIN_MS at least (so that the fork is worth it); the
+        first hosts' are the main process's, returned with the helpers (helper, the pipe it
+        answers through or None, its jobs)."""
         if jobs and jobs[0][1].throttle:
             # A throttled task keeps to one process at a time, as before the helpers.
             return [], jobs
@@ -444,6 +487,8 @@ class StrategyModule(LinearStrategyModule):
         if parts < 2:
             return [], jobs
         kept = len(jobs) // parts
+        if cost * 1000 * (len(jobs) - kept) / (parts - 1) < self._helper_min_ms:
+            return [], jobs
         started = []
         for i, slot in enumerate(free[: parts - 1]):
             share = jobs[kept + i :: parts - 1]

@@ -284,7 +284,7 @@ def playbook(
 ) -> subprocess.CompletedProcess[str]:
     """ansible-playbook ARGS TMP/play.yml on these hosts (local connections) under the
     repository's ansible.cfg, with these environment settings on top (KUBEGPU_MAIN_HELPERS
-    only if given)."""
+    and KUBEGPU_HELPER_MIN_MS only if given)."""
     inventory = {
         "all": {
             "hosts": hosts,
@@ -294,6 +294,7 @@ def playbook(
     (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
     environment = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     environment.pop("KUBEGPU_MAIN_HELPERS", None)
+    environment.pop("KUBEGPU_HELPER_MIN_MS", None)
     return subprocess.run(
         [
             str(Path(sys.executable).with_name("ansible-playbook")),
@@ -318,10 +319,13 @@ def run(
     tasks: list[dict[str, Any]] = ROLE_TASKS,
     hosts: dict[str, dict[str, Any]] = HOSTS,
     helpers: int | None = None,
+    helper_min_ms: str = "0",
 ) -> tuple[dict[str, Any], dict[str, list[str]]]:
     """The play's JSON report, and which processes wrote each log (pid_log: the debug task's
     false condition, run_log: a set_fact, probe_log: a module task's false condition,
-    throttle_log: a set_fact with throttle 1)."""
+    throttle_log: a set_fact with throttle 1). With helpers, a helper takes any share
+    (KUBEGPU_HELPER_MIN_MS=0: these tasks are too small for the default) unless told
+    otherwise."""
     role = tmp / "roles" / "probe"
     for folder, data in (
         ("vars", ROLE_VARS),
@@ -366,6 +370,7 @@ def run(
     }
     if helpers is not None:
         env["KUBEGPU_MAIN_HELPERS"] = str(helpers)
+        env["KUBEGPU_HELPER_MIN_MS"] = helper_min_ms
     done = playbook(
         tmp,
         hosts,
@@ -465,6 +470,23 @@ def test_every_result_is_linear_s_and_controller_work_stays_in_the_main_process(
         assert len(pids) == len(runs) == 3 and len(probes) == 2
         assert [our_logs["run_log"].count(pid) for pid in sorted(runs - main)] == [2, 2]
         assert our_logs["probe_log"].count(next(iter(main))) == 3
+
+
+def test_a_task_whose_share_is_too_small_for_a_helper_stays_in_the_main_process(
+    tmp_path: Path,
+) -> None:
+    # Two helpers allowed and six hosts, as in the test above, but no share of these tasks
+    # comes to 100 s of CPU: no helper is forked, and the main process does every host's.
+    ours, logs = run(
+        tmp_path, "kubegpu.gpu.linear", hosts=MORE_HOSTS, helpers=2, helper_min_ms="100000"
+    )
+    by_task = {(task, host): result for task, host, result in results(ours)}
+    assert by_task[("Shows the registered set_fact", "h6")]["probe_set"]["ansible_facts"] == {
+        "probe_two": 2
+    }
+    for name in LOGS:
+        assert len(logs[name]) == len(MORE_HOSTS)
+    assert len(set().union(*(set(logs[name]) for name in LOGS))) == 1
 
 
 def test_a_vars_file_is_parsed_once_yet_each_host_gets_its_own_and_the_latest_values(
@@ -568,7 +590,11 @@ def test_a_helper_that_dies_fails_the_run_and_says_so(tmp_path: Path, task: dict
     done = playbook(
         tmp_path,
         MORE_HOSTS,
-        {"ANSIBLE_CACHE_PLUGIN_CONNECTION": facts, "KUBEGPU_MAIN_HELPERS": "1"},
+        {
+            "ANSIBLE_CACHE_PLUGIN_CONNECTION": facts,
+            "KUBEGPU_MAIN_HELPERS": "1",
+            "KUBEGPU_HELPER_MIN_MS": "0",
+        },
     )
     said = done.stdout + done.stderr
     assert done.returncode != 0, said[-3000:]
@@ -590,6 +616,20 @@ def test_a_wrong_number_of_helpers_is_refused_before_any_host_is_touched(
     assert linear._helpers_allowed() == 3
     monkeypatch.delenv("KUBEGPU_MAIN_HELPERS")
     assert linear._helpers_allowed() == len(os.sched_getaffinity(0)) - 1
+
+
+def test_a_wrong_least_share_for_a_helper_is_refused_before_any_host_is_touched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for wrong in ("-1", "ten", "nan", "inf", "20ms"):
+        monkeypatch.setenv("KUBEGPU_HELPER_MIN_MS", wrong)
+        with pytest.raises(AnsibleError, match=r"KUBEGPU_HELPER_MIN_MS is .*allowed are a number"):
+            linear._helper_min_ms()
+    for allowed, value in (("0", 0.0), ("2.5", 2.5), (" 40 ", 40.0)):
+        monkeypatch.setenv("KUBEGPU_HELPER_MIN_MS", allowed)
+        assert linear._helper_min_ms() == value
+    monkeypatch.delenv("KUBEGPU_HELPER_MIN_MS")
+    assert linear._helper_min_ms() == linear.HELPER_MIN_MS == 20.0
 
 
 def test_a_wrong_vars_wrap_setting_is_refused_before_any_host_is_touched(tmp_path: Path) -> None:

@@ -1,0 +1,47 @@
+"""Every plugin's DOCUMENTATION is YAML that ansible-doc can read: a stray ': ' in a description
+line makes it a mapping error, and ansible-doc then says the plugin has no documentation."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
+WITH_DOCS = sorted(
+    path
+    for path in PLUGINS.glob("*/*.py")
+    if path.parent.name not in ("module_utils", "plugin_utils") and path.name != "__init__.py"
+)
+
+
+def documentation(path: Path) -> str | None:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "DOCUMENTATION" for target in node.targets
+        ):
+            value = ast.literal_eval(node.value)
+            assert isinstance(value, str)
+            return value
+    return None
+
+
+@pytest.mark.parametrize("path", WITH_DOCS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_the_documentation_parses(path: Path) -> None:
+    text = documentation(path)
+    if text is None:
+        # Action plugins and filter files are documented by their module or in YAML files.
+        assert path.parent.name in ("action", "filter"), f"{path} has no DOCUMENTATION"
+        return
+    doc = yaml.safe_load(text)
+    assert isinstance(doc, dict), path
+    assert doc.get("short_description"), path
+    # A description line with ': ' in it turns into a mapping (or a YAML error, above).
+    description = doc.get("description")
+    assert description and all(isinstance(line, str) for line in description), path
+    for name, option in (doc.get("options") or {}).items():
+        lines = option.get("description")
+        lines = [lines] if isinstance(lines, str) else lines
+        assert lines and all(isinstance(line, str) for line in lines), (path, name)
