@@ -100,6 +100,20 @@ KNOWN_CONFIGS = ("plain", "cache", "ours", "mitogen")
 PR_SET_CHILD_SUBREAPER = 36
 
 
+def cpu_model() -> str:
+    """The CPU's model name, model number and BogoMIPS (/proc/cpuinfo), so that figures of
+    different days say whether they came from the same kind of machine (a VM's model name is
+    often the bare "Intel(R) Xeon(R) Processor")."""
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    if "model name" not in fields:
+        return platform.processor() or "unknown CPU"
+    return f"{fields['model name']}, model {fields.get('model', '?')}, {fields.get('bogomips', '?')} BogoMIPS"
+
+
 def say(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -668,6 +682,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "host": {
             "cpus": os.cpu_count(),
+            "cpu_model": cpu_model(),
             "platform": platform.platform(),
             "python": platform.python_version(),
             "loadavg_start": os.getloadavg(),
@@ -752,7 +767,8 @@ def main(argv: list[str] | None = None) -> int:
         report["seconds"] = time.monotonic() - started
 
     print(
-        f"kubegpu node plays (playbooks/nodes.yml) on testbed nodes; {os.cpu_count()} CPUs, "
+        f"kubegpu node plays (playbooks/nodes.yml) on testbed nodes; {os.cpu_count()} CPUs "
+        f"({report['host']['cpu_model']}), "
         f"load average at start {report['host']['loadavg_start'][0]:.2f}, "
         f"at end {report['loadavg_end'][0]:.2f}; bench took {report['seconds'] / 60:.1f} min"
     )
