@@ -111,7 +111,8 @@ def cpu_model() -> str:
             fields.setdefault(key.strip(), value.strip())
     if "model name" not in fields:
         return platform.processor() or "unknown CPU"
-    return f"{fields['model name']}, model {fields.get('model', '?')}, {fields.get('bogomips', '?')} BogoMIPS"
+    model, bogomips = fields.get("model", "?"), fields.get("bogomips", "?")
+    return f"{fields['model name']}, model {model}, {bogomips} BogoMIPS"
 
 
 def say(message: str) -> None:

@@ -414,10 +414,9 @@ class StrategyModule(LinearStrategyModule):
         runs, self._runs = self._runs, []
         probes, self._probes = self._probes, []
         if runs:
-            # The first host's run, timed, tells what a helper's share would come to.
-            started = time.thread_time()
-            self._run_and_send(*runs[0])
-            cost = time.thread_time() - started
+            # The first host's run, timed, tells what a helper's share would come to. The shares
+            # are cut from all the hosts' runs, so the main process's (mine) starts with it.
+            _, cost = self._timed(self._run_and_send, runs[0])
             _, mine = self._share(runs, self._run_and_send, piped=False, cost=cost)
             for job in mine[1:]:
                 self._run_and_send(*job)
@@ -435,12 +434,17 @@ class StrategyModule(LinearStrategyModule):
                     self._results_lock.wait(C.DEFAULT_INTERNAL_POLL_INTERVAL)
         return found
 
+    @staticmethod
+    def _timed(run: t.Callable[..., t.Any], job: tuple[t.Any, ...]) -> tuple[t.Any, float]:
+        """run(*job), and the seconds of CPU it took the calling thread."""
+        started = time.thread_time()
+        result = run(*job)
+        return result, time.thread_time() - started
+
     def _evaluate(self, probes: list[tuple[t.Any, ...]]) -> None:
         """Skip the task where its condition is false; queue it to a worker where it holds,
         as soon as that is known for a host the main process evaluates."""
-        started = time.thread_time()
-        first = self._skip_in_main(*probes[0])
-        cost = time.thread_time() - started
+        first, cost = self._timed(self._skip_in_main, probes[0])
         self._act(probes[0], first)
         if first is None:
             # It runs on the first host, and likely on the others: no helper, whose work would
