@@ -9,8 +9,8 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 COLLECTIONS = REPO_ROOT / "collections"
-# CI clones the repository next to a copy of shared/, so the captures sit beside the repo.
-FIXTURES_REAL = REPO_ROOT.parent / "shared" / "fixtures" / "real"
+# The real captures ship inside the package (src/kubegpu/captures, with SOURCES.md).
+FIXTURES_REAL = REPO_ROOT / "src" / "kubegpu" / "captures"
 
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
@@ -28,5 +28,5 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def fixtures_real() -> Path:
     if not FIXTURES_REAL.is_dir():
-        pytest.fail(f"real captures not found at {FIXTURES_REAL}: shared/ must sit beside the repo")
+        pytest.fail(f"real captures not found at {FIXTURES_REAL}")
     return FIXTURES_REAL

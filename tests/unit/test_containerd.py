@@ -1,6 +1,6 @@
 """Unit tests for plugins/module_utils/containerd.py: pure logic, no containerd needed.
 
-Inputs are real: the captures in ../shared/fixtures/real/runtime-config and the outputs of real
+Inputs are real: the captures in src/kubegpu/captures/runtime-config and the outputs of real
 containerd 1.6.20, 1.7.24 and 2.1.9 binaries in tests/unit/data/containerd (see SOURCES.md there).
 What containerd itself does with these files is tested in tests/integration/test_containerd_host.py.
 """

@@ -1,6 +1,6 @@
 """module_utils/nvidia_driver.py: branches, versions, GPU generations, CUDA compatibility.
 
-Device ids and package versions come from real captures (shared/fixtures/real) and from real
+Device ids and package versions come from real captures (src/kubegpu/captures) and from real
 package indexes where noted; the roles' copies of the same rules (vars/main.yml) are checked
 against the Python ones at the end.
 """

@@ -1,4 +1,4 @@
-"""nvidia_smi parsers against every real capture in shared/fixtures/real.
+"""nvidia_smi parsers against every real capture in src/kubegpu/captures.
 
 Each table below names every file of its fixture folder, and a test checks that the tables and
 the folders list the same files: a new capture fails here until its values are written down.

@@ -37,6 +37,10 @@ def test_wheel_carries_the_content_and_finds_it_outside_the_checkout(unpacked_wh
     assert (collection / "galaxy.yml").is_file()
     assert (collection / "plugins" / "modules").is_dir()
     assert (collection / "roles").is_dir()
+    # The real captures the SIMULATED GPU replays ship with it.
+    captures = unpacked_wheel / "kubegpu" / "captures"
+    assert (captures / "SOURCES.md").is_file()
+    assert (captures / "nvidia-smi-xml" / "telegraf-tesla-t4-515.xml").is_file()
     env = {**os.environ, "PYTHONPATH": str(unpacked_wheel)}
     found = subprocess.run(
         [

@@ -3,7 +3,7 @@
 plugins/module_utils/tenancy.py is pure, so everything here runs without a cluster. Rendered
 objects are validated, strictly, against the upstream schemas of every Kubernetes minor kubegpu
 supports, through kubernetes_validate's Python API. GPU product names come from real captures
-(../shared/fixtures/real) where there are any.
+(src/kubegpu/captures) where there are any.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The SIMULATED GPU: a test double for what cannot exist where kubegpu's tests run.
 
 No GPU, driver or nvidia-smi is available on the test machines. This package stands in for
-them, driven only by output captured on real GPU machines (shared/fixtures/real, listed in its
-SOURCES.md), and says that it is a simulation everywhere it appears:
+them, driven only by output captured on real GPU machines (``kubegpu/captures``, each file listed
+with its source in SOURCES.md there), and says that it is a simulation everywhere it appears:
 
 - ``nvidia_smi_replay.py`` (REPLAY_SCRIPT): a standalone python3 script that answers
   ``nvidia-smi -q -x``, ``-L`` and ``--version`` from a capture set, and writes a line naming the
@@ -21,7 +21,6 @@ one of FAILURE_CAPTURES (``no-driver``), or given as a path to an nvidia-smi XML
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import xml.etree.ElementTree as ET
@@ -44,6 +43,7 @@ __all__ = [
 ]
 
 REPLAY_SCRIPT = Path(__file__).with_name("nvidia_smi_replay.py")
+CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 README_NAME = "SIMULATED-GPU-README"
 MARKER = "KUBEGPU-SIMULATED-NVIDIA-SMI"
 
@@ -70,20 +70,11 @@ class Capture:
     rc: int = 0
 
 
-def find_fixtures(start: Path | None = None) -> Path:
-    """shared/fixtures/real: $KUBEGPU_FIXTURES_REAL, else beside an ancestor of this package."""
-    env = os.environ.get("KUBEGPU_FIXTURES_REAL")
-    if env:
-        return Path(env)
-    here = (start or Path(__file__)).resolve()
-    for ancestor in here.parents:
-        candidate = ancestor / "shared" / "fixtures" / "real"
-        if candidate.is_dir():
-            return candidate
-    raise CaptureError(
-        "real captures not found: set KUBEGPU_FIXTURES_REAL or put shared/fixtures/real beside "
-        "the repository"
-    )
+def find_fixtures() -> Path:
+    """The real captures that ship inside the package (kubegpu/captures)."""
+    if not CAPTURES.is_dir():
+        raise CaptureError(f"real captures not found: {CAPTURES} is missing from the package")
+    return CAPTURES
 
 
 def _source_of(fixtures: Path, relpath: str) -> str:

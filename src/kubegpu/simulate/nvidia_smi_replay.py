@@ -4,7 +4,7 @@
 """kubegpu SIMULATED nvidia-smi: a test double that replays real captured nvidia-smi output.
 
 No GPU exists where kubegpu's tests run. This script stands in for nvidia-smi there and
-answers with output captured on a real machine (shared/fixtures/real), never with invented
+answers with output captured on a real machine (kubegpu/captures), never with invented
 values. Every call writes a line naming the simulation to stderr.
 
 It answers:
