@@ -352,9 +352,9 @@ def make_configs(names: Sequence[str], workdir: Path, facts: Path) -> dict[str, 
     base = {
         "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
         "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
-        # The compiled Jinja code of kubegpu.gpu.jinja_code_cache, filled by the converges.
+        # The compiled Jinja code of kubegpu.accel.jinja_code_cache, filled by the converges.
         "KUBEGPU_JINJA_CODE_CACHE_DIR": str(workdir / "jinja-code"),
-        # kubegpu.gpu.ansiballz_bytecode's compiled module_utils, filled the same way.
+        # kubegpu.accel.ansiballz_bytecode's compiled module_utils, filled the same way.
         "KUBEGPU_ANSIBALLZ_BYTECODE_CACHE_DIR": str(workdir / "ansiballz-bytecode"),
         "ANSIBLE_NOCOLOR": "1",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
@@ -399,9 +399,9 @@ def make_configs(names: Sequence[str], workdir: Path, facts: Path) -> dict[str, 
                 ANSIBLE_CONFIG=str(root / "ansible.cfg"),
                 ANSIBLE_CACHE_PLUGIN_CONNECTION=str(facts),
             )
-            if not (root / "plugins/strategy/linear.py").is_file():
-                # Content from before kubegpu.gpu.linear, which ansible.cfg names: the strategy
-                # that content ran under.
+            if not (root / ACCEL / "plugins/strategy/linear.py").is_file():
+                # Content from before the accelerator collection, which ansible.cfg names: the
+                # stock strategy.
                 env["ANSIBLE_STRATEGY"] = "ansible.builtin.linear"
             made = Config(name, env, root)
         else:
@@ -423,6 +423,9 @@ def make_configs(names: Sequence[str], workdir: Path, facts: Path) -> dict[str, 
             env["ANSIBLE_CONFIG"] = str(cfg_with(Path(env["ANSIBLE_CONFIG"]), ini, workdir, spec))
         configs[spec] = Config(spec, env, made.root)
     return configs
+
+
+ACCEL = "collections/ansible_collections/kubegpu/accel"
 
 
 def callbacks_enabled_in(cfg: Path) -> str:
@@ -471,8 +474,8 @@ def content_at(ref: str, workdir: Path) -> Path:
         for n in enabled
         if n
         and (
-            not n.startswith("kubegpu.gpu.")
-            or (root / "plugins/callback" / f"{n.rpartition('.')[2]}.py").is_file()
+            not n.startswith("kubegpu.")
+            or (root / ACCEL / "plugins/callback" / f"{n.rpartition('.')[2]}.py").is_file()
         )
     ]
     parser.set("defaults", "callbacks_enabled", ", ".join(kept))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import typing as t
 
+from ansible import constants as C
 from ansible.utils.display import Display
 
 display = Display()
@@ -146,22 +147,21 @@ def answer_or_run_module(
 
 
 def node_python(action: t.Any, task_vars: dict[str, t.Any] | None) -> str:
-    """The node's Python, as the word ansible's module command runs it with: the interpreter
-    setting (ansible_python_interpreter), or the one discovery found. Unanswered where
-    discovery has not run yet for the host: the module runs, and discovers it."""
-    from ansible.executor.interpreter_discovery import InterpreterDiscoveryRequiredError
-    from ansible.executor.module_common import _get_shebang
-
+    """The node's Python, as the word ansible's module command runs it with: the
+    interpreter_python setting (ansible_python_interpreter, or the configuration) where it names
+    one, else the interpreter that discovery found (the discovered_interpreter_python fact).
+    Unanswered where neither is known yet (discovery has not run for the host): the module
+    runs, and discovers it."""
     use_vars = task_vars or {}
     if action._task.delegate_to:
         use_vars = use_vars.get("ansible_delegated_vars", {}).get(action._task.delegate_to, {})
-    try:
-        _, interpreter = _get_shebang(
-            "/usr/bin/python",
-            use_vars,
-            action._templar,
-            remote_is_local=bool(getattr(action._connection, "_remote_is_local", False)),
-        )
-    except InterpreterDiscoveryRequiredError:
-        raise Unanswered("the node's Python: interpreter discovery has not run") from None
-    return str(interpreter).strip()
+    if getattr(action._connection, "_remote_is_local", False):
+        return str(use_vars["ansible_playbook_python"])
+    setting = C.config.get_config_value("INTERPRETER_PYTHON", variables=use_vars)
+    setting = str(action._templar.template(setting) if setting else "").strip()
+    if setting and setting not in ("auto", "auto_legacy", "auto_silent", "auto_legacy_silent"):
+        return setting
+    found = (use_vars.get("ansible_facts") or {}).get("discovered_interpreter_python")
+    if not found:
+        raise Unanswered("the node's Python: interpreter discovery has not run")
+    return str(found).strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -67,9 +68,17 @@ def _add_run_options(parser: argparse.ArgumentParser, *, changes: bool) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="list passing checks too")
     parser.add_argument("--quiet", action="store_true", help="no progress while running")
+    parser.add_argument(
+        "--no-accel",
+        action="store_true",
+        help="run ansible-core's own strategy, without the accelerator (KUBEGPU_ACCEL=0)",
+    )
 
 
 def _run_command(args: argparse.Namespace, func: Callable[..., RunResult], **extra: Any) -> int:
+    if args.no_accel:
+        # The runner passes KUBEGPU_ACCEL on to the run (runner.accel_environment).
+        os.environ["KUBEGPU_ACCEL"] = "0"
     live = sys.stderr.isatty()
     progress = None if args.quiet or args.json else Progress(sys.stderr, live=live)
     kwargs: dict[str, Any] = {

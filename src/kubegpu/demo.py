@@ -8,15 +8,26 @@ summary and the readiness report, and leaves the nodes up.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from kubegpu import api, report
+from kubegpu.cli import exit_code
 from kubegpu.content import find_content
 from kubegpu.progress import Progress
 from kubegpu.result import RunResult
 from kubegpu.testbed import api as testbed
-from kubegpu.testbed.config import TestbedConfig, default_cache_dir, default_state_dir
+from kubegpu.testbed.config import TestbedConfig, default_cache_dir
+
+# The demo's own testbed, apart from the one the tests bring up (the default state folder,
+# bridge and subnet), so that `scripts/demo` then `scripts/test` never collide.
+DEMO_STATE = Path("/run/kubegpu-demo")
+DEMO_BRIDGE = "kgdemo0"
+DEMO_SUBNET = "10.214.0.0/24"
+DEMO_PROXY_PORT = 3143
+DEMO_REPO_PORT = 8232
 
 VALIDATE_TASK = "Fail the node when a check failed"
 
@@ -36,13 +47,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="run site.yml in check mode")
     args = parser.parse_args(argv)
 
-    state_dir = default_state_dir()
+    state_dir = Path(os.environ.get("KUBEGPU_DEMO_STATE") or DEMO_STATE)
     state = testbed.status(state_dir)
     if state is None or not state.running:
         config = TestbedConfig(
             nodes=3,
             cache_dir=default_cache_dir(),
             state_dir=state_dir,
+            bridge=DEMO_BRIDGE,
+            subnet=DEMO_SUBNET,
+            proxy_port=DEMO_PROXY_PORT,
+            repo_port=DEMO_REPO_PORT,
             containers=("node1", "node2", "node3"),
             simulate_gpu=(("node2", args.capture),),
         )
@@ -58,19 +73,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(report.summary_table(result))
     print()
     print(report.readiness_table(result.readiness, verbose=True))
+    where = f"--state-dir {state_dir}"
     print(
-        "\nThe nodes are left up: `kubegpu testbed ssh node2` to look around, "
-        "`kubegpu testbed down` to remove them."
+        f"\nThe nodes are left up. Check them again: `.venv/bin/kubegpu check -i "
+        f"{state.inventory}`; look around: `.venv/bin/kubegpu testbed ssh {where} node2`; "
+        f"remove them: `.venv/bin/kubegpu testbed down {where}`."
     )
-    if result.ok:
-        return 0
+    code = exit_code(result)
     if only_readiness_failed(result):
         print(
-            "Every layer was installed and configured; the readiness checks report what a node "
-            "without a GPU and without a kubelet really lacks (node2's GPU is simulated)."
+            "Every layer was installed and configured. The nodes are not ready, as expected on "
+            "this machine: no node has a real GPU (node2's is SIMULATED) and none runs a "
+            f"kubelet, and the report says what each lacks. Exit code {code}, as "
+            "`kubegpu bootstrap` gives for nodes that are not ready."
         )
-        return 0
-    return 2
+    return code
 
 
 if __name__ == "__main__":

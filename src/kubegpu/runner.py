@@ -91,10 +91,10 @@ STRATEGIES = ("kubegpu", "linear", "mitogen")
 
 def strategy_environment(strategy: str | None = None) -> dict[str, str]:
     """The Ansible settings for an execution strategy: `kubegpu` (the default, ansible.cfg's
-    kubegpu.gpu.linear: ansible-core's linear strategy that skips a task whose condition is
-    false without forking a worker), `linear` (ansible-core's own) or `mitogen` (the optional
-    extra `kubegpu[fast]`). Without an argument, $KUBEGPU_STRATEGY picks it. Raises InputError
-    for an unknown name, or for mitogen when it is not installed."""
+    kubegpu.accel.linear: the accelerator's linear strategy, which steps aside to ansible-core's
+    own on a release it was not tested on), `linear` (ansible-core's own) or `mitogen` (the
+    optional extra `kubegpu[fast]`). Without an argument, $KUBEGPU_STRATEGY picks it. Raises
+    InputError for an unknown name, or for mitogen when it is not installed."""
     name = (os.environ.get(STRATEGY_VARIABLE, "") if strategy is None else strategy).strip()
     if name in ("", "kubegpu"):
         return {}
@@ -116,6 +116,26 @@ def strategy_environment(strategy: str | None = None) -> dict[str, str]:
     return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
 
 
+ACCEL_VARIABLE = "KUBEGPU_ACCEL"
+ACCEL_VALUES = {"1": "1", "true": "1", "yes": "1", "on": "1", "0": "0", "false": "0", "no": "0"}
+ACCEL_VALUES["off"] = "0"
+
+
+def accel_environment(accel: bool | None = None) -> dict[str, str]:
+    """KUBEGPU_ACCEL for the run: the argument where given, else $KUBEGPU_ACCEL (checked here,
+    so that a wrong value is bad input, not a warning in the run); nothing where neither says."""
+    if accel is not None:
+        return {ACCEL_VARIABLE: "1" if accel else "0"}
+    setting = os.environ.get(ACCEL_VARIABLE, "").strip()
+    if not setting:
+        return {}
+    if setting.lower() not in ACCEL_VALUES:
+        raise InputError(
+            ACCEL_VARIABLE, f"{setting!r} is not on or off", "1 or 0, true or false, yes or no"
+        )
+    return {ACCEL_VARIABLE: ACCEL_VALUES[setting.lower()]}
+
+
 def _environment(content: Content) -> dict[str, str]:
     bindir = str(Path(sys.executable).parent)
     env = {
@@ -130,6 +150,7 @@ def _environment(content: Content) -> dict[str, str]:
     if os.environ.get("ANSIBLE_HOST_KEY_CHECKING"):
         env["ANSIBLE_HOST_KEY_CHECKING"] = os.environ["ANSIBLE_HOST_KEY_CHECKING"]
     env.update(strategy_environment())
+    env.update(accel_environment())
     return env
 
 

@@ -1,4 +1,4 @@
-"""kubegpu.gpu.linear opens the hosts' SSH masters while a play's first tasks run on the
+"""kubegpu.accel.linear opens the hosts' SSH masters while a play's first tasks run on the
 controller (plugin_utils/preconnect.py), on real testbed nodes over ansible's ssh plugin.
 
 Each play gets a control path folder of its own, so that no master of an earlier command is

@@ -62,7 +62,7 @@ def test_every_node_answers_ansible_ping(testbed: TestbedState, ansible_bin: Pat
     proc = _ansible(ansible_bin, "ansible", "all", "-i", str(testbed.inventory), "-m", "ping")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # One task entry, or one per host: ansible.posix.json groups results by host under any
-    # strategy but ansible-core's linear and debug (ansible.cfg's is kubegpu.gpu.linear).
+    # strategy but ansible-core's linear and debug (ansible.cfg's is kubegpu.accel.linear).
     tasks = json.loads(proc.stdout)["plays"][0]["tasks"]
     hosts = {name: r for task in tasks for name, r in task["hosts"].items()}
     assert {name: r.get("ping") for name, r in hosts.items()} == dict.fromkeys(

@@ -1,4 +1,4 @@
-"""kubegpu.gpu.linear: ansible-core's linear strategy, except that a task whose condition is false
+"""kubegpu.accel.linear: ansible-core's linear strategy, except that a task whose condition is false
 for a host is skipped in the main process instead of a forked worker, and the controller-only
 actions (set_fact, debug, assert, fail, include_vars, the includes, argument validation,
 kubegpu.gpu.checks) run there whole. Every result must be what ansible-core's own linear strategy
@@ -23,11 +23,23 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible._internal._datatag._tags import SourceWasEncrypted
 from ansible.errors import AnsibleError
 from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.vault import VaultLib, VaultSecret
-from ansible_collections.kubegpu.gpu.plugins.strategy import linear
+from ansible_collections.kubegpu.accel.plugins.plugin_utils import gate
+
+# The accelerator runs only on the ansible-core minors it was tested on (gate.TESTED_MINORS).
+# Its own tests make sense there alone, and its internals need not even import elsewhere; that
+# it steps aside to ansible-core's linear, with the same results, is tested everywhere.
+TESTED = gate.minor() in gate.TESTED_MINORS
+only_where_it_runs = pytest.mark.skipif(
+    not TESTED,
+    reason=f"kubegpu.accel steps aside on ansible-core {gate.ANSIBLE_VERSION} "
+    f"(tested on {', '.join(gate.TESTED_MINORS)})",
+)
+if TESTED:
+    from ansible._internal._datatag._tags import SourceWasEncrypted
+    from ansible_collections.kubegpu.accel.plugins.plugin_utils import fast_linear as linear
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = {"h1": {"level": 9}, "h2": {"level": 1}, "h3": {"level": 6}}
@@ -320,6 +332,8 @@ def run(
     hosts: dict[str, dict[str, Any]] = HOSTS,
     helpers: int | None = None,
     helper_min_ms: str = "0",
+    extra_env: dict[str, str] | None = None,
+    stderr: list[str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, list[str]]]:
     """The play's JSON report, and which processes wrote each log (pid_log: the debug task's
     false condition, run_log: a set_fact, probe_log: a module task's false condition,
@@ -371,6 +385,7 @@ def run(
     if helpers is not None:
         env["KUBEGPU_MAIN_HELPERS"] = str(helpers)
         env["KUBEGPU_HELPER_MIN_MS"] = helper_min_ms
+    env.update(extra_env or {})
     done = playbook(
         tmp,
         hosts,
@@ -383,6 +398,8 @@ def run(
         *flags,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    if stderr is not None:
+        stderr.append(done.stderr)
     logged = {name: log.read_text().split() if log.exists() else [] for name, log in logs.items()}
     return json.loads(done.stdout), logged
 
@@ -399,6 +416,7 @@ def results(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     return found
 
 
+@only_where_it_runs
 @pytest.mark.parametrize("helpers", [None, 2], ids=["main", "helpers"])
 @pytest.mark.parametrize("flags", [(), ("--check",)], ids=["run", "check"])
 def test_every_result_is_linear_s_and_controller_work_stays_in_the_main_process(
@@ -407,7 +425,7 @@ def test_every_result_is_linear_s_and_controller_work_stays_in_the_main_process(
     # Three hosts: too few for a helper (whatever the CPUs); six with two helpers allowed.
     hosts = MORE_HOSTS if helpers else HOSTS
     theirs, their_logs = run(tmp_path, "linear", *flags, hosts=hosts)
-    ours, our_logs = run(tmp_path, "kubegpu.gpu.linear", *flags, hosts=hosts, helpers=helpers)
+    ours, our_logs = run(tmp_path, "kubegpu.accel.linear", *flags, hosts=hosts, helpers=helpers)
     assert results(ours) == results(theirs)
     assert ours["stats"] == theirs["stats"]
     by_task = {(task, host): result for task, host, result in results(ours)}
@@ -472,13 +490,14 @@ def test_every_result_is_linear_s_and_controller_work_stays_in_the_main_process(
         assert our_logs["probe_log"].count(next(iter(main))) == 3
 
 
+@only_where_it_runs
 def test_a_task_whose_share_is_too_small_for_a_helper_stays_in_the_main_process(
     tmp_path: Path,
 ) -> None:
     # Two helpers allowed and six hosts, as in the test above, but no share of these tasks
     # comes to 100 s of CPU: no helper is forked, and the main process does every host's.
     ours, logs = run(
-        tmp_path, "kubegpu.gpu.linear", hosts=MORE_HOSTS, helpers=2, helper_min_ms="100000"
+        tmp_path, "kubegpu.accel.linear", hosts=MORE_HOSTS, helpers=2, helper_min_ms="100000"
     )
     by_task = {(task, host): result for task, host, result in results(ours)}
     assert by_task[("Shows the registered set_fact", "h6")]["probe_set"]["ansible_facts"] == {
@@ -489,12 +508,13 @@ def test_a_task_whose_share_is_too_small_for_a_helper_stays_in_the_main_process(
     assert len(set().union(*(set(logs[name]) for name in LOGS))) == 1
 
 
+@only_where_it_runs
 def test_a_vars_file_is_parsed_once_yet_each_host_gets_its_own_and_the_latest_values(
     tmp_path: Path,
 ) -> None:
     theirs, _ = run(tmp_path, "linear", tasks=VARS_TASKS, hosts=MORE_HOSTS)
     # Two helpers load the last four hosts' files, a helper per task for each two hosts.
-    ours, _ = run(tmp_path, "kubegpu.gpu.linear", tasks=VARS_TASKS, hosts=MORE_HOSTS, helpers=2)
+    ours, _ = run(tmp_path, "kubegpu.accel.linear", tasks=VARS_TASKS, hosts=MORE_HOSTS, helpers=2)
     assert results(ours) == results(theirs)
     assert ours["stats"] == theirs["stats"]
     by_task = {(task, host): result for task, host, result in results(ours)}
@@ -531,6 +551,7 @@ def test_a_vars_file_is_parsed_once_yet_each_host_gets_its_own_and_the_latest_va
     ]
 
 
+@only_where_it_runs
 @pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "vault"])
 def test_each_load_of_a_vars_file_is_a_copy_of_its_one_parse(
     tmp_path: Path, encrypted: bool
@@ -568,13 +589,14 @@ def test_each_load_of_a_vars_file_is_a_copy_of_its_one_parse(
 def test_the_repository_ansible_cfg_uses_it() -> None:
     config = configparser.ConfigParser(interpolation=None)
     config.read(REPO / "ansible.cfg")
-    assert config.get("defaults", "strategy") == "kubegpu.gpu.linear"
+    assert config.get("defaults", "strategy") == "kubegpu.accel.linear"
 
 
 # The last host's job kills the process it runs in: a helper, which holds the last hosts' jobs.
 KILL = "lookup('ansible.builtin.pipe', 'kill -9 $PPID' if inventory_hostname == 'h6' else 'true')"
 
 
+@only_where_it_runs
 @pytest.mark.parametrize(
     "task",
     [
@@ -605,6 +627,7 @@ def test_a_helper_that_dies_fails_the_run_and_says_so(tmp_path: Path, task: dict
         assert "the helper process" in said and "ended without its answers" in said, said[-3000:]
 
 
+@only_where_it_runs
 def test_a_wrong_number_of_helpers_is_refused_before_any_host_is_touched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -618,6 +641,7 @@ def test_a_wrong_number_of_helpers_is_refused_before_any_host_is_touched(
     assert linear._helpers_allowed() == len(os.sched_getaffinity(0)) - 1
 
 
+@only_where_it_runs
 def test_a_wrong_least_share_for_a_helper_is_refused_before_any_host_is_touched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -632,6 +656,7 @@ def test_a_wrong_least_share_for_a_helper_is_refused_before_any_host_is_touched(
     assert linear._helper_min_ms() == linear.HELPER_MIN_MS == 20.0
 
 
+@only_where_it_runs
 def test_a_wrong_vars_wrap_setting_is_refused_before_any_host_is_touched(tmp_path: Path) -> None:
     # The strategy puts plugin_utils/lazy_vars.py in place when it starts (its own tests:
     # tests/unit/test_lazy_vars.py), and refuses a value it does not know there.
@@ -650,3 +675,62 @@ def test_a_wrong_vars_wrap_setting_is_refused_before_any_host_is_touched(tmp_pat
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
         assert touched.exists()
         touched.unlink()
+
+
+STEPS_ASIDE = "kubegpu.accel steps aside"
+# On an ansible-core it was not tested on, the gate steps aside before anything else.
+UNTESTED = (
+    f"ansible-core {gate.ANSIBLE_VERSION} is not a release it was tested on "
+    f"({', '.join(gate.TESTED_MINORS)})"
+)
+
+
+@pytest.mark.parametrize(
+    ("setting", "warning"),
+    [
+        # An ansible-core minor the accelerator was not tested on: one warning line, and the
+        # stock strategy. On a tested one, the run's ansible-core reports 2.99.0 (through a
+        # sitecustomize); on any other, it is this very ansible-core.
+        (
+            {"PRETEND": "2.99.0"} if TESTED else {},
+            "ansible-core 2.99.0 is not a release it was tested on (2.19)" if TESTED else UNTESTED,
+        ),
+        # Its strategy's code fails to import (None in sys.modules makes the import raise); on
+        # an untested ansible-core the gate steps aside before the import.
+        (
+            {"BREAK": "ansible_collections.kubegpu.accel.plugins.plugin_utils.fast_linear"},
+            "its strategy failed to load (ModuleNotFoundError" if TESTED else UNTESTED,
+        ),
+        ({"KUBEGPU_ACCEL": "0"}, None),
+        ({"KUBEGPU_ACCEL": "perhaps"}, "KUBEGPU_ACCEL is 'perhaps' (allowed: 1 or 0"),
+    ],
+    ids=["unknown-ansible-core", "import-fails", "turned-off", "wrong-setting"],
+)
+def test_the_accelerator_steps_aside_to_ansible_core_s_linear(
+    tmp_path: Path, setting: dict[str, str], warning: str | None
+) -> None:
+    extra = dict(setting)
+    pretend, broken = extra.pop("PRETEND", None), extra.pop("BREAK", None)
+    if pretend or broken:
+        site = tmp_path / "site"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(
+            f"import ansible.release\nansible.release.__version__ = {pretend!r}\n"
+            if pretend
+            else f"import sys\nsys.modules[{broken!r}] = None\n"
+        )
+        extra["PYTHONPATH"] = str(site)
+    theirs, _ = run(tmp_path, "linear")
+    stderr: list[str] = []
+    ours, logs = run(tmp_path, "kubegpu.accel.linear", extra_env=extra, stderr=stderr)
+    assert results(ours) == results(theirs)
+    assert ours["stats"] == theirs["stats"]
+    # Every host's controller-only work ran in a worker of its own, as under ansible-core's.
+    for name in LOGS:
+        assert len(set(logs[name])) == len(HOSTS), name
+    lines = [line for line in stderr[0].splitlines() if STEPS_ASIDE in line]
+    if warning is None:
+        assert lines == []
+    else:
+        assert len(lines) == 1, stderr[0]
+        assert warning in lines[0]

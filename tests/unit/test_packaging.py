@@ -35,6 +35,8 @@ def test_wheel_carries_the_content_and_finds_it_outside_the_checkout(unpacked_wh
     for path in ["site.yml", "ansible.cfg", "playbooks/validate.yml", "inventories/sample"]:
         assert (content / path).exists(), path
     assert (collection / "galaxy.yml").is_file()
+    accel = collection.parent / "accel"
+    assert (accel / "plugins" / "strategy" / "linear.py").is_file()
     assert (collection / "plugins" / "modules").is_dir()
     assert (collection / "roles").is_dir()
     # The real captures the SIMULATED GPU replays ship with it.
@@ -79,6 +81,13 @@ def test_collection_builds_with_every_part(repo_root: Path, tmp_path: Path) -> N
     assert "plugins/modules/gpu_node_readiness.py" in names
     assert "playbooks/validate.yml" in names
     assert any(name.startswith("roles/nvidia_driver/") for name in names)
+    # The core carries no strategy or callback; the accelerator's tarball does.
+    assert not any(name.startswith(("plugins/strategy", "plugins/callback")) for name in names)
+    (accel,) = tmp_path.glob("kubegpu-accel-*.tar.gz")
+    with tarfile.open(accel) as archive:
+        names = set(archive.getnames())
+    assert "plugins/strategy/linear.py" in names
+    assert "plugins/plugin_utils/gate.py" in names
 
 
 def test_cli_help_and_version() -> None:

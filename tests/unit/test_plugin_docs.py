@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
+REPO = Path(__file__).resolve().parents[2]
+# The core collection's plugins and the accelerator's.
+PLUGINS = (REPO / "plugins", REPO / "collections/ansible_collections/kubegpu/accel/plugins")
 WITH_DOCS = sorted(
     path
-    for path in PLUGINS.glob("*/*.py")
+    for plugins in PLUGINS
+    for path in plugins.glob("*/*.py")
     if path.parent.name not in ("module_utils", "plugin_utils") and path.name != "__init__.py"
 )
 

@@ -412,6 +412,10 @@ def up(config: TestbedConfig, progress: Progress | None = None) -> TestbedState:
                     "nvidia_smi": nodes.SIMULATED_SMI,
                     "host_root": nodes.SIMULATED_ROOT,
                 }
+                # The readiness checks read the SIMULATED GPU with this inventory alone
+                # (`kubegpu check -i STATE/inventory.yml`).
+                host_vars["kubegpu_nvidia_smi"] = nodes.SIMULATED_SMI
+                host_vars["kubegpu_host_root"] = nodes.SIMULATED_ROOT
             inv_nodes.append({"name": spec.name, "address": spec.address, "vars": host_vars})
         write_inventory(
             state_dir / "inventory.yml",

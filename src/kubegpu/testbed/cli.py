@@ -154,6 +154,7 @@ def _print_state(state: api.TestbedState) -> None:
         print(f"  service {name}: {'running, pid ' + str(pid) if pid else 'stopped'}")
     print(f"inventory: {state.inventory}")
     print(f"vendor repo: {state.vendor_repo_url} (key {state.vendor_repo_key})")
+    print(f"check the nodes: kubegpu check -i {state.inventory}")
 
 
 def _add_state_dir(parser: argparse.ArgumentParser) -> None:

@@ -30,7 +30,8 @@ description:
     be read is compiled again; a folder that another user owns or that others may write is
     not used.
   - kubegpu's ansible.cfg enables it (C(callbacks_enabled)); bench/bench_node_plays.py
-    measures what it saves.
+    measures what it saves. Like the rest of kubegpu.accel it does nothing on an ansible-core
+    minor it was not tested on, or with C(KUBEGPU_ACCEL=0) (plugin_utils/gate.py).
 options:
   cache_dir:
     description:
@@ -68,7 +69,8 @@ import typing as t
 import jinja2
 from ansible.plugins.callback import CallbackBase
 from ansible.release import __version__ as ANSIBLE_VERSION
-from ansible_collections.kubegpu.gpu.plugins.plugin_utils.code_cache import CodeCache
+from ansible_collections.kubegpu.accel.plugins.plugin_utils import gate
+from ansible_collections.kubegpu.accel.plugins.plugin_utils.code_cache import CodeCache
 from jinja2.environment import TemplateExpression
 
 try:  # ansible-core 2.19's templating internals; without them the callback does nothing
@@ -216,7 +218,7 @@ def uninstall() -> None:
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
-    CALLBACK_NAME = "kubegpu.gpu.jinja_code_cache"
+    CALLBACK_NAME = "kubegpu.accel.jinja_code_cache"
     CALLBACK_NEEDS_ENABLED = True
 
     def __init__(self, *args: t.Any, **kwargs: t.Any) -> None:
@@ -226,6 +228,8 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_start(self, playbook: t.Any) -> None:
         if _installed is not None:  # a second playbook in the same process
             self.cache = _installed.cache
+            return
+        if not gate.active():
             return
         cache = CodeCache.for_option(self.get_option("cache_dir"), version_tag())
         if not install(cache):

@@ -33,7 +33,8 @@ description:
   - Payloads built while an AnsiballZ extension (a debugger or coverage) is on are left as
     ansible-core builds them.
   - kubegpu's ansible.cfg enables it (C(callbacks_enabled)); bench/bench_node_plays.py
-    measures what it saves.
+    measures what it saves. Like the rest of kubegpu.accel it does nothing on an ansible-core
+    minor it was not tested on, or with C(KUBEGPU_ACCEL=0) (plugin_utils/gate.py).
 options:
   cache_dir:
     description:
@@ -73,7 +74,8 @@ import zipfile
 from ansible.executor import module_common
 from ansible.plugins.callback import CallbackBase
 from ansible.release import __version__ as ANSIBLE_VERSION
-from ansible_collections.kubegpu.gpu.plugins.plugin_utils.code_cache import CodeCache
+from ansible_collections.kubegpu.accel.plugins.plugin_utils import gate
+from ansible_collections.kubegpu.accel.plugins.plugin_utils.code_cache import CodeCache
 
 FORMAT = "2"
 # What the bytecode's file names start with: a path (ansible-core finds a collection's name in a
@@ -173,12 +175,12 @@ def install(cache: CodeCache) -> bool:
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
-    CALLBACK_NAME = "kubegpu.gpu.ansiballz_bytecode"
+    CALLBACK_NAME = "kubegpu.accel.ansiballz_bytecode"
     CALLBACK_NEEDS_ENABLED = True
 
     def v2_playbook_on_start(self, playbook: t.Any) -> None:
         # In the main process, before any worker forks and builds a payload.
-        if _installed:  # a second playbook in the same process
+        if _installed or not gate.active():  # installed already: a second playbook
             return
         cache = CodeCache.for_option(self.get_option("cache_dir"), version_tag())
         if install(cache):

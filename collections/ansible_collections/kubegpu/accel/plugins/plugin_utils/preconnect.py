@@ -1,7 +1,7 @@
 # Copyright: kubegpu contributors
 # Apache License 2.0 (see LICENSE)
 """Open the hosts' SSH master connections in the background while a play's first tasks run on
-the controller (kubegpu.gpu.linear).
+the controller (kubegpu.accel.linear).
 
 A play whose first tasks are controller-only (argument validation, include_vars, input checks)
 keeps the controller busy for a while before the first task that connects; the SSH handshakes

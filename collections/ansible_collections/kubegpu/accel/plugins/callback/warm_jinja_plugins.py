@@ -22,18 +22,24 @@ description:
     plugins are shared, and the shared table starts over when a play or role adds a plugin
     folder, so a name resolves as it would without it.
   - kubegpu's ansible.cfg enables it (C(callbacks_enabled)); bench/bench_node_plays.py measures
-    what it saves.
+    what it saves. Like the rest of kubegpu.accel it does nothing on an ansible-core minor it
+    was not tested on, or with C(KUBEGPU_ACCEL=0) (plugin_utils/gate.py).
 requirements:
   - enabled in C(callbacks_enabled)
 """
 
 import typing as t
 
-from ansible._internal._templating import _jinja_plugins
 from ansible.plugins.callback import CallbackBase
 from ansible.plugins.loader import filter_loader, test_loader
+from ansible_collections.kubegpu.accel.plugins.plugin_utils import gate
 
-_original_getitem = _jinja_plugins.JinjaPluginIntercept.__getitem__
+try:  # ansible-core's templating internals; without them the callback does nothing
+    from ansible._internal._templating import _jinja_plugins
+
+    _original_getitem = _jinja_plugins.JinjaPluginIntercept.__getitem__
+except (ImportError, AttributeError):  # pragma: no cover - another ansible-core
+    _jinja_plugins = None
 # (plugin type, how many folders the loader had) -> name -> the wrapped plugin function.
 _shared: dict[tuple[str, int], dict[str, t.Callable[..., t.Any]]] = {}
 
@@ -62,10 +68,12 @@ def share_plugin_lookups() -> None:
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
-    CALLBACK_NAME = "kubegpu.gpu.warm_jinja_plugins"
+    CALLBACK_NAME = "kubegpu.accel.warm_jinja_plugins"
     CALLBACK_NEEDS_ENABLED = True
 
     def v2_playbook_on_start(self, playbook):
+        if _jinja_plugins is None or not gate.active():
+            return
         share_plugin_lookups()
         # all() loads every filter and test plugin file of the built-in and configured legacy
         # paths into the loader's cache, the same cache a lookup by name fills on first use.

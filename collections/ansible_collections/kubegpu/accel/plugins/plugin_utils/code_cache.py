@@ -2,8 +2,8 @@
 # Copyright: kubegpu contributors
 # Apache License 2.0 (see LICENSE)
 """A per-user folder of compiled Python code objects, one marshal file per key, shared by the
-controller's main process, the workers it forks and later runs (kubegpu.gpu.jinja_code_cache,
-kubegpu.gpu.ansiballz_bytecode)."""
+controller's main process, the workers it forks and later runs (kubegpu.accel.jinja_code_cache,
+kubegpu.accel.ansiballz_bytecode)."""
 
 from __future__ import annotations
 
