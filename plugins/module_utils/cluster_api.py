@@ -4,7 +4,11 @@
 """A thin client for the Kubernetes API, shared by gpu_manifests and gpu_cluster_readiness.
 
 It speaks plain JSON (dicts in, dicts out) through the kubernetes Python client's ApiClient, so
-no model class validates or renames fields on the way, and every request carries a timeout.
+no model class validates or renames fields on the way, and every request carries a timeout. It
+works with both shapes of ApiClient.call_api: up to 36.x it built and sent a request from
+(path, method, query_params, ...) and raised ApiException for an HTTP error; from 37.x
+param_serialize builds the request, call_api(method, url, ...) sends it and returns the response
+unread, and HTTP errors are the caller's to raise.
 Connection problems become ClusterApiError with a message that says what to check; the
 kubeconfig's content never appears in a message.
 """
@@ -135,17 +139,7 @@ class ClusterApi:
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
         try:
-            response = self._client.call_api(
-                path,
-                method,
-                query_params=list((query or {}).items()),
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
+            content = self._send(method, path, list((query or {}).items()), headers, body)
         except ApiException:
             raise
         except Exception as exc:  # urllib3 MaxRetryError, timeouts, TLS errors
@@ -153,10 +147,40 @@ class ClusterApi:
                 "cannot reach the API server at %s within %ss: %s"
                 % (self.host, self.timeout, _clean(exc))
             ) from exc
-        data = response.data.decode("utf-8", "replace")
+        data = content.decode("utf-8", "replace")
         if raw:
             return data
         return json.loads(data) if data else {}
+
+    def _send(self, method, path, query, headers, body):
+        """The body (bytes) of one response; ApiException for an HTTP error status."""
+        api_client = self._client
+        if hasattr(api_client, "param_serialize"):  # kubernetes 37 and later
+            request = api_client.param_serialize(
+                method,
+                path,
+                query_params=query,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = api_client.call_api(*request, _request_timeout=self.timeout)
+            content = response.read()
+            if not 200 <= response.status <= 299:
+                raise ApiException(http_resp=response)
+            return content
+        response = api_client.call_api(  # kubernetes 30 to 36
+            path,
+            method,
+            query_params=query,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            _preload_content=False,
+            _request_timeout=self.timeout,
+        )
+        return response.data
 
     def get(self, path, query=None, missing_ok=False):
         try:

@@ -221,7 +221,12 @@ class _Api:
         return list(data.get("items") or [])
 
     def log(self, ns: str, pod: str, lines: int) -> str:
-        return str(self.core.read_namespaced_pod_log(pod, ns, tail_lines=lines))
+        # The raw response, as job() and pods() read theirs: the 36.x client returns the text
+        # of a log wrapped as "b'...'" (kubernetes-client/python#2596).
+        response = self.core.read_namespaced_pod_log(
+            pod, ns, tail_lines=lines, _preload_content=False
+        )
+        return bytes(response.data).decode("utf-8", "replace")
 
 
 def _api_error(exc: Exception) -> str:

@@ -32,6 +32,44 @@ def message(err: ApiException) -> str:
     return str(json.loads(err.body)["message"])
 
 
+def call(
+    api: client.ApiClient,
+    path: str,
+    method: str,
+    body: Any = None,
+    content_type: str = "application/json",
+) -> Any:
+    """The JSON answer to one raw request, on either shape of ApiClient.call_api.
+
+    Up to 36.x call_api(path, method, ...) built, sent and checked the request; from 37.x
+    param_serialize(method, path, ...) builds it, call_api(method, url, ...) sends it and returns
+    the response unread, and raising ApiException for an HTTP error is left to the caller.
+    """
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = content_type
+    if hasattr(api, "param_serialize"):  # kubernetes 37 and later
+        request = api.param_serialize(
+            method, path, header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
+        response = api.call_api(*request)
+        response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response)
+    else:
+        response = api.call_api(
+            path,
+            method,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+        )
+    data = response.data.decode()
+    return json.loads(data) if data else None
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
@@ -93,11 +131,8 @@ def test_version_and_discovery_list_every_served_kind(
         served.add(("v1", resource.name))
     for group in client.ApisApi(api).get_api_versions().groups:
         gv = group.preferred_version.group_version
-        resources = api.call_api(
-            f"/apis/{gv}", "GET", response_type="V1APIResourceList", _return_http_data_only=True
-        )
-        for resource in resources.resources:
-            served.add((gv, resource.name))
+        for resource in call(api, f"/apis/{gv}", "GET")["resources"]:
+            served.add((gv, resource["name"]))
     expected = {
         ("v1", r)
         for r in [
@@ -142,15 +177,13 @@ def test_version_and_discovery_list_every_served_kind(
 
 
 def test_openapi_carries_patch_strategies(api: client.ApiClient) -> None:
-    v2 = api.call_api("/openapi/v2", "GET", response_type="object", _return_http_data_only=True)
+    v2 = call(api, "/openapi/v2", "GET")
     containers = v2["definitions"]["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"]
     assert containers["x-kubernetes-patch-strategy"] == "merge"
     assert containers["x-kubernetes-patch-merge-key"] == "name"
     node = v2["definitions"]["io.k8s.api.core.v1.Node"]
     assert {"group": "", "version": "v1", "kind": "Node"} in node["x-kubernetes-group-version-kind"]
-    v3 = api.call_api(
-        "/openapi/v3/apis/apps/v1", "GET", response_type="object", _return_http_data_only=True
-    )
+    v3 = call(api, "/openapi/v3/apis/apps/v1", "GET")
     assert "io.k8s.api.apps.v1.DaemonSet" in v3["components"]["schemas"]
 
 
@@ -247,17 +280,16 @@ def test_quantities_are_strings_and_extended_resources_must_be_whole(
     core = client.CoreV1Api(api)
     name = unique("qty")
     core.create_node(gpu_node(name, gpus="4"))
-    raw = api.call_api(
-        f"/api/v1/nodes/{name}", "GET", response_type="object", _return_http_data_only=True
-    )
+    raw = call(api, f"/api/v1/nodes/{name}", "GET")
     assert raw["status"]["capacity"][GPU] == "4"  # JSON string, as the client must send it
     # The server, like upstream, also takes a JSON number and answers with the canonical string;
-    # it is the Python client (37.x) that refuses integers, before sending anything.
-    api.call_api(
+    # it is the Python client's typed models (37.x) that refuse integers, before sending anything.
+    call(
+        api,
         f"/api/v1/nodes/{name}/status",
         "PATCH",
-        header_params={"Content-Type": "application/merge-patch+json"},
         body={"status": {"capacity": {GPU: 8}}},
+        content_type="application/merge-patch+json",
     )
     assert core.read_node(name).status.capacity[GPU] == "8"
     core.delete_node(name)
@@ -691,7 +723,8 @@ def test_binding_and_log_subresources(api: client.ApiClient, namespace: str) -> 
         },
     )
     # Play the scheduler.
-    api.call_api(
+    call(
+        api,
         f"/api/v1/namespaces/{namespace}/pods/smoke/binding",
         "POST",
         body={
@@ -704,7 +737,8 @@ def test_binding_and_log_subresources(api: client.ApiClient, namespace: str) -> 
     pod = core.read_namespaced_pod("smoke", namespace)
     assert pod.spec.node_name == "gpu-1"
     with pytest.raises(ApiException) as err:
-        api.call_api(
+        call(
+            api,
             f"/api/v1/namespaces/{namespace}/pods/smoke/binding",
             "POST",
             body={

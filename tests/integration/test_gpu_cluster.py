@@ -145,16 +145,35 @@ class Cluster:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
-        response = self.api.call_api(
-            path,
-            method,
-            header_params=headers,
-            body=body,
-            query_params=list((query or {}).items()),
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-        )
+        query_params = list((query or {}).items())
+        if hasattr(self.api, "param_serialize"):
+            # kubernetes 37 and later: param_serialize builds the request, call_api(method, url,
+            # ...) sends it and returns the response unread, HTTP errors are ours to raise.
+            from kubernetes.client.rest import ApiException
+
+            request = self.api.param_serialize(
+                method,
+                path,
+                query_params=query_params,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self.api.call_api(*request)
+            response.read()
+            if not 200 <= response.status <= 299:
+                raise ApiException(http_resp=response)
+        else:  # up to 36.x call_api(path, method, ...) builds, sends and checks the request
+            response = self.api.call_api(
+                path,
+                method,
+                header_params=headers,
+                body=body,
+                query_params=query_params,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+            )
         data = response.data.decode()
         return json.loads(data) if data else None
 
