@@ -20,6 +20,8 @@ EXIT_BAD_INPUT = 4
 
 
 def exit_code(result: RunResult) -> int:
+    if result.input_problems:
+        return EXIT_BAD_INPUT
     if result.unreachable:
         return EXIT_UNREACHABLE
     if result.failed or result.status != "successful":
@@ -94,6 +96,10 @@ def _run_command(args: argparse.Namespace, func: Callable[..., RunResult], **ext
     result = func(args.inventory, **kwargs)
     if args.json:
         print(report.to_json(result))
+    elif result.input_problems:
+        # Found before any host was contacted: the problems are the whole answer.
+        for problem in result.input_problems:
+            print(f"kubegpu: error: {problem}", file=sys.stderr)
     else:
         print(report.summary_table(result))
         if result.readiness or result.cluster_readiness or func is api.check:

@@ -39,6 +39,8 @@ class RunResult:
     unreachable: list[HostFailure] = field(default_factory=list)
     readiness: dict[str, Any] = field(default_factory=dict)
     cluster_readiness: dict[str, Any] = field(default_factory=dict)
+    # Bad input found on the controller before any host was contacted, one line per problem.
+    input_problems: list[str] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     artifacts_dir: Path | None = None
 
@@ -69,4 +71,5 @@ class RunResult:
             "unreachable": [vars(f) for f in self.unreachable],
             "readiness": self.readiness,
             "cluster_readiness": self.cluster_readiness,
+            "input_problems": self.input_problems,
         }

@@ -272,6 +272,7 @@ def run_playbook(
             unreachable=unreachable,
             readiness=dict(set_stats.get("kubegpu_readiness") or {}),
             cluster_readiness=dict(set_stats.get("kubegpu_cluster_readiness") or {}),
+            input_problems=[str(p) for p in set_stats.get("kubegpu_input_problems") or []],
             stats=stats,
             artifacts_dir=workdir if keep_artifacts else None,
         )

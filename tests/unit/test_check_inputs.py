@@ -1,0 +1,138 @@
+"""Bad input stops a run on the controller before any host is contacted: kubegpu.gpu.check_inputs
+in preflight's first play checks every layer's variables, node and cluster alike, one line per
+problem naming the inventory variable, exit code 4.
+
+The inventory's GPU nodes point at a loopback port where nothing listens: a run that contacted
+one would report it unreachable (exit 3)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.kubegpu.gpu.plugins.plugin_utils import inputs
+
+REPO = Path(__file__).resolve().parents[2]
+KUBEGPU = Path(sys.executable).with_name("kubegpu")
+
+NODE = {"ansible_host": "127.0.0.1", "ansible_port": 1}
+
+
+def inventory(tmp_path: Path, **node2: object) -> Path:
+    data = {
+        "all": {"children": {"gpu_nodes": {"hosts": {"n1": dict(NODE), "n2": {**NODE, **node2}}}}}
+    }
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+# (what is given: extra vars, and node2's inventory variables), the line expected.
+CASES = [
+    (
+        {"nvidia_driver_kernel_module_type": "closed"},
+        {},
+        "value of nvidia_driver_kernel_module_type must be one of: auto, open, proprietary, got: closed",
+    ),
+    (
+        {"nvidia_drivr_branch": "580"},
+        {},
+        "nvidia_drivr_branch: no role has such a variable (a misspelling?); did you mean"
+        " nvidia_driver_branch?",
+    ),
+    (
+        {"nvidia_driver_branchh": "580"},
+        {},
+        "nvidia_driver_branchh: role nvidia_driver has no such variable (a misspelling?); did you"
+        " mean nvidia_driver_branch?",
+    ),
+    (
+        {"gpu_cluster_sharing": "bogus"},
+        {},
+        "argument 'gpu_cluster_sharing' is of type str and we were unable to convert to dict",
+    ),
+    (
+        {},
+        {"kubelet_gpu_node_labels": {"kubernetes.io/bad": "x"}},
+        "kubelet_gpu_node_labels: 'kubernetes.io/bad' is in the kubernetes.io namespace",
+    ),
+    (
+        {},
+        {"kubelet_gpu_node_taints": [{"key": "gpu", "effect": "Sometimes"}]},
+        "kubelet_gpu_node_taints[0]",
+    ),
+    (
+        {},
+        {"cuda_toolkit_enabled": "perhaps"},
+        "argument 'cuda_toolkit_enabled' is of type str and we were unable to convert to bool",
+    ),
+    (
+        {"kubelet_gpu_settings": {"max_pods": 10}},
+        {},
+        "kubelet_gpu_settings: 'max_pods' is not a KubeletConfiguration field name",
+    ),
+]
+
+
+@pytest.mark.parametrize(("extra", "node2", "expected"), CASES)
+def test_bad_input_is_one_line_exit_4_and_no_host_is_contacted(
+    tmp_path: Path, extra: dict[str, object], node2: dict[str, object], expected: str
+) -> None:
+    argv = [str(KUBEGPU), "bootstrap", "-i", str(inventory(tmp_path, **node2)), "--json"]
+    for name, value in extra.items():
+        argv += ["-e", f"{name}={json.dumps(value) if not isinstance(value, str) else value}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    problems = result["input_problems"]
+    assert len(problems) == 1, problems
+    assert expected in problems[0]
+    # Only the controller ran anything; neither node was contacted.
+    assert set(result["hosts"]) == {"localhost"}
+    assert result["unreachable"] == []
+    if node2:
+        assert problems[0].endswith("(hosts: n2)")
+
+
+def test_the_cli_prints_each_problem_on_its_own_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            str(KUBEGPU),
+            "bootstrap",
+            "-i",
+            str(inventory(tmp_path)),
+            "--quiet",
+            "-e",
+            "nvidia_driver_kernel_module_type=closed",
+            "-e",
+            "nvidia_drivr_branch=580",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 4
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 2, done.stderr
+    assert all(line.startswith("kubegpu: error: ") for line in lines)
+    assert done.stdout == ""
+
+
+def test_good_input_passes_the_controller_check() -> None:
+    options = inputs.load_options(REPO / "roles", "nvidia_driver")
+    given = {"nvidia_driver_branch": "580", "nvidia_driver_kernel_module_type": "open"}
+    assert inputs.role_problems("nvidia_driver", options, given) == []
+
+
+def test_a_problem_of_every_node_names_no_host() -> None:
+    assert inputs.merge({"a": ["x", "y"], "b": ["x"]}) == ["x", "y (hosts: a)"]
+
+
+def test_every_role_checked_has_argument_specs() -> None:
+    for role in inputs.NODE_ROLES + inputs.CLUSTER_ROLES:
+        assert inputs.load_options(REPO / "roles", role)
