@@ -192,8 +192,10 @@ class _Api:
         from kubernetes import client
 
         self.client = api_client
-        self.core = client.CoreV1Api(api_client)
-        self.batch = client.BatchV1Api(api_client)
+        # Any: the client is typed from 37 on (its typed models would refuse the plain dicts
+        # and raw responses used here), untyped before.
+        self.core: Any = client.CoreV1Api(api_client)
+        self.batch: Any = client.BatchV1Api(api_client)
 
     @staticmethod
     def _json(response: Any) -> dict[str, Any]:
@@ -297,8 +299,9 @@ def run_smoke(
     if api_client is None:
         from kubernetes import config
 
+        load: Any = config.new_client_from_config  # untyped in every client release
         try:
-            api_client = config.new_client_from_config(
+            api_client = load(
                 config_file=str(resolved.kubeconfig), context=resolved.context or context
             )
         except config.ConfigException as exc:
