@@ -767,7 +767,7 @@ def check_gpu_count(view, smi, expected_count):
             expected,
             "A GPU is missing: look for 'RmInitAdapter failed' and Xid messages in `dmesg`, check "
             "which driver each GPU is bound to (vfio-pci keeps it from the nvidia driver) and "
-            "reseat or replace the GPU; or correct expected_gpu_count.",
+            "reseat or replace the GPU; or correct kubegpu_expected_gpu_count.",
         )
     if smi_count is None and expected_count is None:
         return make_check(
@@ -785,9 +785,13 @@ def driver_branch_matches(version, branch):
 
 
 def check_driver_branch(view, smi, branch):
-    expected = "driver branch %s" % branch if branch else "any driver branch (driver_branch unset)"
+    expected = (
+        "driver branch %s" % branch if branch else "any driver branch (nvidia_driver_branch unset)"
+    )
     if not branch:
-        return make_check("driver_branch", "driver", "skip", "driver_branch is not set", expected)
+        return make_check(
+            "driver_branch", "driver", "skip", "nvidia_driver_branch is not set", expected
+        )
     version, source = _userspace_version(smi)
     if not version:
         version, _ = _kernel_module(view)
@@ -804,7 +808,8 @@ def check_driver_branch(view, smi, branch):
         observed,
         expected,
         "Install the pinned branch with role kubegpu.gpu.nvidia_driver (playbook "
-        "upgrade_driver.yml drains and reboots the node), or change driver_branch.",
+        "upgrade_driver.yml drains and reboots the node), or set nvidia_driver_branch to the "
+        "branch the node runs.",
     )
 
 

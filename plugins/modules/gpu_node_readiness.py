@@ -233,7 +233,7 @@ def service_states(module, run, units):
     """({unit: state}, reason): states from one `systemctl is-active`, or None and why not."""
     if os.path.realpath(module.params["host_root"]) != "/":
         return None, (
-            "host_root is %s, and systemctl here would answer for this machine, not that host"
+            "host_root (kubegpu_host_root) is %s, and systemctl here would answer for this machine, not that host"
             % module.params["host_root"]
         )
     if not os.path.isdir("/run/systemd/system"):

@@ -41,6 +41,8 @@ class RunResult:
     cluster_readiness: dict[str, Any] = field(default_factory=dict)
     # Bad input found on the controller before any host was contacted, one line per problem.
     input_problems: list[str] = field(default_factory=list)
+    # Layers the run left out, and why (no kubeconfig, nothing to do).
+    skipped_layers: dict[str, str] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
     artifacts_dir: Path | None = None
 
@@ -72,4 +74,5 @@ class RunResult:
             "readiness": self.readiness,
             "cluster_readiness": self.cluster_readiness,
             "input_problems": self.input_problems,
+            "skipped_layers": self.skipped_layers,
         }

@@ -273,6 +273,9 @@ def run_playbook(
             readiness=dict(set_stats.get("kubegpu_readiness") or {}),
             cluster_readiness=dict(set_stats.get("kubegpu_cluster_readiness") or {}),
             input_problems=[str(p) for p in set_stats.get("kubegpu_input_problems") or []],
+            skipped_layers={
+                str(k): str(v) for k, v in (set_stats.get("kubegpu_skipped_layers") or {}).items()
+            },
             stats=stats,
             artifacts_dir=workdir if keep_artifacts else None,
         )

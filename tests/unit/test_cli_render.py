@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from kubegpu import cli, report, runner
+from kubegpu.content import find_content
 from kubegpu.progress import Progress
 from tests.unit.test_api import PLAYBOOKS, local_inventory
 
@@ -62,19 +63,61 @@ def test_readiness_table_lists_failures_with_remedies_first() -> None:
             ],
         }
     }
-    text = report.readiness_table(readiness)
+    text = report.readiness_table(readiness, width=60)
     lines = text.splitlines()
     assert lines[0] == "Readiness: gpu1: not_ready"
-    assert lines[1].split() == [
-        "HOST",
-        "LAYER",
-        "CHECK",
-        "STATUS",
-        "OBSERVED",
-        "REMEDY",
-        "/",
-        "EXPECTED",
-    ]
-    assert lines[3].split()[:4] == ["gpu1", "driver", "nvidia_smi", "FAIL"]
-    assert lines[3].endswith("load the nvidia module")
+    assert lines[1].split() == ["HOST", "LAYER", "CHECK", "STATUS"]
+    assert lines[3].split() == ["gpu1", "driver", "nvidia_smi", "FAIL"]
     assert "pci" not in text  # passing checks only with verbose
+    details = text.split("What failed, and what to do:\n")[1].splitlines()
+    assert details == [
+        "gpu1 driver nvidia_smi: FAIL",
+        "    observed: driver_not_loaded",
+        "    remedy:   load the nvidia module",
+    ]
+
+
+def test_a_long_remedy_is_wrapped_whole_at_any_width() -> None:
+    remedy = (
+        "install the NVIDIA driver of branch 580 (nvidia_driver_branch) and reboot the node, "
+        "then check `lsmod | grep nvidia` and `dmesg | grep -i nvrm` for the reason the module "
+        "did not load"
+    )
+    readiness = {
+        "node1": {
+            "verdict": "not_ready",
+            "checks": [
+                {
+                    "name": "kernel_module_loaded",
+                    "layer": "kernel",
+                    "status": "fail",
+                    "observed": "service state unknown: host_root is /var/lib/kubegpu/simulated",
+                    "remedy": remedy,
+                }
+            ],
+        }
+    }
+    for width in (60, 100, 200):
+        text = report.readiness_table(readiness, width=width)
+        assert max(len(line) for line in text.splitlines()) <= width
+        body = text.split("What failed, and what to do:\n")[1]
+        # Every word of the remedy and the observation is there, in order.
+        words = " ".join(line.strip() for line in body.splitlines()[1:]).split()
+        assert " ".join(words).endswith(remedy)
+        assert "host_root is /var/lib/kubegpu/simulated" in " ".join(words)
+        assert "…" not in text
+
+
+def test_a_skipped_layer_says_why_once_in_the_summary() -> None:
+    content = find_content()
+    for playbook, layer in (("cluster.yml", "cluster"), ("tenants.yml", "tenants")):
+        result = runner.run_playbook(content.root / "playbooks" / playbook, local_inventory())
+        assert result.ok
+        assert result.skipped_layers == {
+            layer: "kubegpu_kubeconfig is not set: no cluster to deploy to"
+        }
+        summary = report.summary_table(result)
+        lines = [line for line in summary.splitlines() if line.startswith("SKIPPED")]
+        assert lines == [
+            f"SKIPPED layer {layer}: kubegpu_kubeconfig is not set: no cluster to deploy to"
+        ]

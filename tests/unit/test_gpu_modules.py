@@ -492,7 +492,9 @@ def test_service_states(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
         return 3, "active\ninactive\n", ""  # systemctl exits 3 when a unit is not active
 
     states, reason = gpu_node_readiness.service_states(StubModule(str(tmp_path)), run, ["a"])
-    assert states is None and f"host_root is {tmp_path}" in reason and calls == []
+    assert (
+        states is None and f"host_root (kubegpu_host_root) is {tmp_path}" in reason and calls == []
+    )
     real_isdir = os.path.isdir
     monkeypatch.setattr(os.path, "isdir", lambda p: p == "/run/systemd/system" or real_isdir(p))
     states, reason = gpu_node_readiness.service_states(
