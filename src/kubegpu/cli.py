@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from kubegpu import __version__, api, report
@@ -71,6 +72,12 @@ def _add_run_options(parser: argparse.ArgumentParser, *, changes: bool) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="list passing checks too")
     parser.add_argument("--quiet", action="store_true", help="no progress while running")
     parser.add_argument(
+        "--html", metavar="FILE", help="also write the readiness report as one HTML page"
+    )
+    parser.add_argument(
+        "--markdown", metavar="FILE", help="also write the readiness report as Markdown"
+    )
+    parser.add_argument(
         "--no-accel",
         action="store_true",
         help="run ansible-core's own strategy, without the accelerator (KUBEGPU_ACCEL=0)",
@@ -108,7 +115,16 @@ def _run_command(args: argparse.Namespace, func: Callable[..., RunResult], **ext
             if result.cluster_readiness:
                 print()
                 print(report.readiness_table(result.cluster_readiness, verbose=args.verbose))
+    write_reports(result, html=args.html, markdown=args.markdown)
     return exit_code(result)
+
+
+def write_reports(result: RunResult, *, html: str | None, markdown: str | None) -> None:
+    """The readiness report as a page a person can share, where asked for."""
+    if html:
+        Path(html).write_text(report.readiness_html(result.readiness), encoding="utf-8")
+    if markdown:
+        Path(markdown).write_text(report.readiness_markdown(result.readiness), encoding="utf-8")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kubegpu import api, report
-from kubegpu.cli import exit_code
+from kubegpu.cli import exit_code, write_reports
 from kubegpu.content import find_content
 from kubegpu.progress import Progress
 from kubegpu.result import RunResult
@@ -73,6 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(report.summary_table(result))
     print()
     print(report.readiness_table(result.readiness, verbose=True))
+    page, markdown = state_dir / "report.html", state_dir / "report.md"
+    write_reports(result, html=str(page), markdown=str(markdown))
+    print(f"\nThe report to share: {page} (one HTML page) and {markdown}.")
     where = f"--state-dir {state_dir}"
     print(
         f"\nThe nodes are left up. Check them again: `.venv/bin/kubegpu check -i "

@@ -6,7 +6,10 @@ container toolkit and runtime layers are really absent here, so they must fail.
 
 from __future__ import annotations
 
+import html
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +103,65 @@ def test_cli_check_prints_the_report_and_exits_2(simulated_inventory: Path) -> N
     data = json.loads(as_json.stdout)
     assert data["readiness"]["simnode"]["verdict"] == "not_ready"
     assert data["failed"][0]["host"] == "simnode"
+
+
+CHROMIUM = shutil.which("chromium")
+
+
+def test_cli_writes_a_report_to_share_that_a_browser_renders(
+    simulated_inventory: Path, tmp_path: Path
+) -> None:
+    page, markdown = tmp_path / "report.html", tmp_path / "report.md"
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "kubegpu"),
+            "check",
+            "-i",
+            str(simulated_inventory),
+            "--html",
+            str(page),
+            "--markdown",
+            str(markdown),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    text = markdown.read_text()
+    assert "| simnode | not_ready (SIMULATED GPU) |" in text
+    assert "`runtime_nvidia_configured`" in text and "  - remedy: " in text
+    if CHROMIUM is None:
+        pytest.fail("chromium is missing: scripts/setup installs it")
+    # Debian's Chromium, headless: the page parses into the matrix and the failures, whole.
+    browser = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    dom = subprocess.run(
+        [*browser, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    ).stdout
+    assert dom.count('<td class="fail">') >= 1 and dom.count('<td class="pass">') >= 1
+    assert '<span class="simulated">SIMULATED GPU</span>' in dom
+    data = json.loads(
+        subprocess.run(
+            [
+                str(Path(sys.executable).parent / "kubegpu"),
+                "check",
+                "--json",
+                "-i",
+                str(simulated_inventory),
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    for check in data["readiness"]["simnode"]["checks"]:
+        if check["status"] == "fail":
+            assert html.escape(check["remedy"]) in dom
+    # A screenshot, kept for a person to look at (KUBEGPU_REPORT_SCREENSHOT names where).
+    shot = Path(os.environ.get("KUBEGPU_REPORT_SCREENSHOT") or tmp_path / "report.png")
+    subprocess.run(
+        [*browser, "--window-size=1200,1400", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
