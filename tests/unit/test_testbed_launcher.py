@@ -112,3 +112,24 @@ def test_inotify_limit_is_raised_for_many_nodes_and_never_lowered(tmp_path: Path
     assert limit.read_text() == "100000\n"
     # Unreadable: nothing to do.
     assert raise_inotify_limit(16, tmp_path / "missing") is None
+
+
+def test_the_last_testbed_down_puts_the_host_s_inotify_limit_back(tmp_path: Path) -> None:
+    from kubegpu.testbed.api import raise_inotify_limit, restore_inotify_limit
+
+    limit, record = tmp_path / "max_user_instances", tmp_path / "record.json"
+    limit.write_text("128\n")
+    demo, tests = tmp_path / "demo", tmp_path / "tests"
+    assert raise_inotify_limit(3, limit, holder=demo, record=record) == (128, 512)
+    # A second testbed while the first is up: nothing to raise, but it holds the limit too.
+    assert raise_inotify_limit(3, limit, holder=tests, record=record) is None
+    assert restore_inotify_limit(demo, limit, record) is None
+    assert limit.read_text() == "512\n"
+    assert restore_inotify_limit(tests, limit, record) == 128
+    assert limit.read_text() == "128\n" and not record.exists()
+    # A host whose limit was high enough is never recorded, and never changed by a down.
+    limit.write_text("4096\n")
+    assert raise_inotify_limit(3, limit, holder=demo, record=record) is None
+    assert not record.exists()
+    assert restore_inotify_limit(demo, limit, record) is None
+    assert limit.read_text() == "4096\n"

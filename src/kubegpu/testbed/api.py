@@ -374,7 +374,7 @@ def up(config: TestbedConfig, progress: Progress | None = None) -> TestbedState:
         known_hosts = state_dir / "known_hosts"
         write_known_hosts(known_hosts, host_keys)
 
-        raised = raise_inotify_limit(len(specs))
+        raised = raise_inotify_limit(len(specs), holder=state_dir)
         if raised is not None:
             say(
                 f"fs.inotify.max_user_instances raised from {raised[0]} to {raised[1]} "
@@ -438,21 +438,66 @@ INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
 INOTIFY_PER_NODE = 32
 
 
-def raise_inotify_limit(node_count: int, path: Path = INOTIFY_INSTANCES) -> tuple[int, int] | None:
+# What the testbeds changed on the host: the limit found before the first raised it, and the
+# state folders of the testbeds up since. The last one down puts the limit back.
+INOTIFY_RECORD = Path("/run/kubegpu-inotify.json")
+
+
+def raise_inotify_limit(
+    node_count: int,
+    path: Path = INOTIFY_INSTANCES,
+    *,
+    holder: Path | None = None,
+    record: Path = INOTIFY_RECORD,
+) -> tuple[int, int] | None:
     """Make sure the host allows enough inotify instances for node_count more nodes (all run as
     root, so they share root's limit with everything else on the host). Linux's default of 128
     runs out at about 12 nodes: systemd-udevd then fails to start inside a node and every
     package that needs udev (the NVIDIA driver's) fails to configure. Only ever raises the
-    limit; returns (old, new) when it did, None when it was high enough or cannot be read."""
+    limit; returns (old, new) when it did, None when it was high enough or cannot be read.
+    holder (a testbed's state folder) is recorded, so that restore_inotify_limit puts the
+    host's own value back when the last testbed that needed more goes down."""
     try:
         current = int(path.read_text().strip())
     except (OSError, ValueError):
         return None
     wanted = max(512, INOTIFY_PER_NODE * node_count + 256)
+    held = _read_json(record)
+    if holder is not None and (current < wanted or held):
+        held.setdefault("original", current)
+        held["holders"] = sorted({*held.get("holders", []), str(holder)})
+        write_file(record, json.dumps(held))
     if current >= wanted:
         return None
     path.write_text(f"{wanted}\n")
     return current, wanted
+
+
+def restore_inotify_limit(
+    holder: Path, path: Path = INOTIFY_INSTANCES, record: Path = INOTIFY_RECORD
+) -> int | None:
+    """The host's own limit back once no recorded testbed holds it; returns the value put back
+    (None while another testbed still needs it, or when none was raised)."""
+    held = _read_json(record)
+    if not held:
+        return None
+    holders = [h for h in held.get("holders", []) if h != str(holder)]
+    if holders:
+        write_file(record, json.dumps(dict(held, holders=holders)))
+        return None
+    original = int(held["original"])
+    with contextlib.suppress(OSError):
+        path.write_text(f"{original}\n")
+    record.unlink(missing_ok=True)
+    return original
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def install_simulated_gpu(root: Path, capture: str, simulator: Any) -> None:
@@ -563,6 +608,8 @@ def down(state_dir: Path | None = None) -> DownReport:
     leftovers += [f"process {p}" for p in _owned_processes(state_dir)]
     if not leftovers and state_dir.exists():
         shutil.rmtree(state_dir, ignore_errors=True)
+    if not leftovers:
+        restore_inotify_limit(state_dir)
     return DownReport(
         state_dir=state_dir,
         found=found or bool(killed) or bridge_removed,
