@@ -153,34 +153,7 @@ class ClusterApi:
         return json.loads(data) if data else {}
 
     def _send(self, method, path, query, headers, body):
-        """The body (bytes) of one response; ApiException for an HTTP error status."""
-        api_client = self._client
-        if hasattr(api_client, "param_serialize"):  # kubernetes 37 and later
-            request = api_client.param_serialize(
-                method,
-                path,
-                query_params=query,
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-            )
-            response = api_client.call_api(*request, _request_timeout=self.timeout)
-            content = response.read()
-            if not 200 <= response.status <= 299:
-                raise ApiException(http_resp=response)
-            return content
-        response = api_client.call_api(  # kubernetes 30 to 36
-            path,
-            method,
-            query_params=query,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-            _preload_content=False,
-            _request_timeout=self.timeout,
-        )
-        return response.data
+        return send(self._client, method, path, query, headers, body, self.timeout)
 
     def get(self, path, query=None, missing_ok=False):
         try:
@@ -246,3 +219,35 @@ def _clean(exc):
     """An exception as one short line (urllib3's reprs run long)."""
     text = " ".join(str(exc).split())
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def send(api_client, method, path, query=(), headers=None, body=None, timeout=None):
+    """The body (bytes) of one request through the client's ApiClient, whichever call_api it
+    has; ApiException for an HTTP error status."""
+    query, headers = list(query), dict(headers or {})
+    if hasattr(api_client, "param_serialize"):  # kubernetes 37 and later
+        request = api_client.param_serialize(
+            method,
+            path,
+            query_params=query,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = api_client.call_api(*request, _request_timeout=timeout)
+        content = response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response)
+        return content
+    response = api_client.call_api(  # kubernetes 30 to 36
+        path,
+        method,
+        query_params=query,
+        header_params=headers,
+        body=body,
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+        _preload_content=False,
+        _request_timeout=timeout,
+    )
+    return response.data

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_api import send
 from kubernetes import client, dynamic, watch
 from kubernetes.client.rest import ApiException
 
@@ -39,34 +40,12 @@ def call(
     body: Any = None,
     content_type: str = "application/json",
 ) -> Any:
-    """The JSON answer to one raw request, on either shape of ApiClient.call_api.
-
-    Up to 36.x call_api(path, method, ...) built, sent and checked the request; from 37.x
-    param_serialize(method, path, ...) builds it, call_api(method, url, ...) sends it and returns
-    the response unread, and raising ApiException for an HTTP error is left to the caller.
-    """
+    """The JSON answer to one raw request, through the product's send() (either shape of
+    ApiClient.call_api)."""
     headers = {"Accept": "application/json"}
     if body is not None:
         headers["Content-Type"] = content_type
-    if hasattr(api, "param_serialize"):  # kubernetes 37 and later
-        request = api.param_serialize(
-            method, path, header_params=headers, body=body, auth_settings=["BearerToken"]
-        )
-        response = api.call_api(*request)
-        response.read()
-        if not 200 <= response.status <= 299:
-            raise ApiException(http_resp=response)
-    else:
-        response = api.call_api(
-            path,
-            method,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-        )
-    data = response.data.decode()
+    data = send(api, method, path, (), headers, body).decode()
     return json.loads(data) if data else None
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_manifests as cm
-from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_api import object_path
+from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_api import object_path, send
 
 try:
     from tests.apiserver.fixture import kube_apiserver  # noqa: F401 - the session fixture
@@ -145,36 +145,7 @@ class Cluster:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
-        query_params = list((query or {}).items())
-        if hasattr(self.api, "param_serialize"):
-            # kubernetes 37 and later: param_serialize builds the request, call_api(method, url,
-            # ...) sends it and returns the response unread, HTTP errors are ours to raise.
-            from kubernetes.client.rest import ApiException
-
-            request = self.api.param_serialize(
-                method,
-                path,
-                query_params=query_params,
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-            )
-            response = self.api.call_api(*request)
-            response.read()
-            if not 200 <= response.status <= 299:
-                raise ApiException(http_resp=response)
-        else:  # up to 36.x call_api(path, method, ...) builds, sends and checks the request
-            response = self.api.call_api(
-                path,
-                method,
-                header_params=headers,
-                body=body,
-                query_params=query_params,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _return_http_data_only=True,
-            )
-        data = response.data.decode()
+        data = send(self.api, method, path, (query or {}).items(), headers, body).decode()
         return json.loads(data) if data else None
 
     def get(self, path: str) -> Any:
