@@ -87,7 +87,7 @@ def readiness_table(
     return text
 
 
-def summary_table(result: RunResult) -> str:
+def summary_table(result: RunResult, width: int | None = None) -> str:
     rows = [
         [
             host,
@@ -99,14 +99,18 @@ def summary_table(result: RunResult) -> str:
         ]
         for host, s in sorted(result.hosts.items())
     ]
-    text = table(rows, ["HOST", "OK", "CHANGED", "FAILED", "UNREACHABLE", "SKIPPED"])
-    for failure in result.failed:
-        text += f"\nFAILED {failure.host}: [{failure.task}] {failure.message}"
-    for failure in result.unreachable:
-        text += f"\nUNREACHABLE {failure.host}: [{failure.task}] {failure.message}"
-    for layer, why in sorted(result.skipped_layers.items()):
-        text += f"\nSKIPPED layer {layer}: {why}"
-    return text
+    lines = [table(rows, ["HOST", "OK", "CHANGED", "FAILED", "UNREACHABLE", "SKIPPED"])]
+    notes = [f"FAILED {f.host}: [{f.task}] {f.message}" for f in result.failed]
+    notes += [f"UNREACHABLE {f.host}: [{f.task}] {f.message}" for f in result.unreachable]
+    notes += [
+        f"SKIPPED layer {layer}: {why}" for layer, why in sorted(result.skipped_layers.items())
+    ]
+    width = width or _width()
+    for note in notes:
+        lines += textwrap.wrap(
+            " ".join(note.split()), width=width, subsequent_indent="    ", break_on_hyphens=False
+        )
+    return "\n".join(lines)
 
 
 def to_json(result: RunResult) -> str:
