@@ -38,17 +38,18 @@ class ActionModule(ActionBase):
         unread: list[str] = []
         roles = inputs.NODE_ROLES + inputs.CLUSTER_ROLES
         options = {role: inputs.load_options(ROLES, role) for role in roles}
+        rules = {role: inputs.load_rules(ROLES, role) for role in roles}
         known = [name for role in roles for name in options[role]]
         prefixes = tuple(role + "_" for role in roles)
         for role in inputs.NODE_ROLES:
             by_host = {}
             for host in nodes:
                 given = self._given(role, hostvars[host], unread)
-                by_host[host] = inputs.role_problems(role, options[role], given)
+                by_host[host] = inputs.role_problems(role, options[role], given, rules[role])
             problems.extend(inputs.merge(by_host))
         for role in inputs.CLUSTER_ROLES:
             given = self._given(role, task_vars, unread)
-            problems.extend(inputs.role_problems(role, options[role], given))
+            problems.extend(inputs.role_problems(role, options[role], given, rules[role]))
         # A misspelled prefix: set for a node or for the controller, under no role's prefix.
         others = {
             host: inputs.misspelled(

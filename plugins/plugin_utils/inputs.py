@@ -45,19 +45,95 @@ def load_options(roles_dir: Path, role: str) -> dict[str, t.Any]:
     return dict(data["argument_specs"]["main"]["options"])
 
 
-def _rules(options: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+def _spec(options: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     """The options as ArgumentSpecValidator takes them, without `required`: only what the
     inventory sets is checked here, and the role's defaults give the rest."""
     rules = {}
     for name, option in options.items():
         rule = {k: v for k, v in option.items() if k not in _DOC_KEYS}
         if isinstance(rule.get("options"), dict):
-            rule["options"] = _rules(rule["options"])
+            rule["options"] = _spec(rule["options"])
         rules[name] = rule
     return rules
 
 
-def role_problems(role: str, options: t.Mapping[str, t.Any], given: dict[str, t.Any]) -> list[str]:
+def load_rules(roles_dir: Path, role: str) -> dict[str, t.Any]:
+    """The role's own format rules (its vars/main.yml: the regexes and least versions that
+    its validate.yml checks on the host too), and its defaults (defaults/main.yml)."""
+    found: dict[str, t.Any] = {}
+    for part in ("defaults", "vars"):
+        path = roles_dir / role / part / "main.yml"
+        if path.is_file():
+            found.update(yaml.safe_load(path.read_text()) or {})
+    return found
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"[0-9]+", text)[:2])
+
+
+def format_problems(role: str, given: dict[str, t.Any], rules: t.Mapping[str, t.Any]) -> list[str]:
+    """The formats a value must have whatever the host (the same rules as the role's
+    validate.yml, which checks them again where the role runs alone)."""
+    problems = []
+    if role == "nvidia_driver":
+        branch = given.get("nvidia_driver_branch")
+        if branch is not None and not (
+            isinstance(branch, str)
+            and re.search(rules["__nvidia_driver_branch_regex"], branch)
+            and int(branch) >= int(rules["__nvidia_driver_min_branch"])
+        ):
+            problems.append(
+                f"nvidia_driver_branch is {branch!r}: a driver branch is three digits, quoted as"
+                f' a string, {rules["__nvidia_driver_min_branch"]} or newer (for example "535",'
+                ' "570", "580")'
+            )
+        version = given.get("nvidia_driver_version")
+        effective = branch if branch is not None else rules.get("nvidia_driver_branch")
+        if version and not (
+            isinstance(version, str)
+            and re.search(rules["__nvidia_driver_version_regex"], version)
+            and version.split(".")[0] == str(effective)
+        ):
+            problems.append(
+                f"nvidia_driver_version is {version!r}: it must be an exact driver version such"
+                f' as "{effective}.95.05" that belongs to nvidia_driver_branch ({effective!r}),'
+                " or empty to take the newest of the branch"
+            )
+    elif role == "cuda_toolkit":
+        version = given.get("cuda_toolkit_version")
+        majors = rules["__cuda_toolkit_min_driver_branch"]
+        if version is not None and not (
+            isinstance(version, str)
+            and re.search(rules["__cuda_toolkit_version_regex"], version)
+            and version.split(".")[0] in majors
+        ):
+            problems.append(
+                f"cuda_toolkit_version is {version!r}: it is a CUDA release as major.minor, quoted"
+                f' as a string, of CUDA {", ".join(majors)} (for example "12.8" or "13.0")'
+            )
+    elif role == "nvidia_container_toolkit":
+        version = given.get("nvidia_container_toolkit_version")
+        least = str(rules["__nvidia_container_toolkit_min_version"])
+        if version is not None and not (
+            isinstance(version, str)
+            and re.search(rules["__nvidia_container_toolkit_version_regex"], version)
+            and _version_key(version) >= _version_key(least)
+        ):
+            problems.append(
+                f"nvidia_container_toolkit_version is {version!r}: give the package version as"
+                f' the repository names it, {least} or newer, exact ("1.18.0-1") or with a glob'
+                ' ("1.18.0-*", "1.18.*")'
+            )
+    return problems
+
+
+def role_problems(
+    role: str,
+    options: t.Mapping[str, t.Any],
+    given: dict[str, t.Any],
+    rules: t.Mapping[str, t.Any] | None = None,
+) -> list[str]:
     """One line per problem with the variables set for one role on one host: an unknown name
     (with the closest known one), then what the argument specs refuse, then (kubelet_gpu) the
     label, taint, settings and feature-gate checks that need no host."""
@@ -72,9 +148,11 @@ def role_problems(role: str, options: t.Mapping[str, t.Any], given: dict[str, t.
         problems.append(f"{name}: role {role} has no such variable (a misspelling?){hint}")
     known = {name: value for name, value in given.items() if name in options}
     if known:
-        rules = _rules({name: options[name] for name in known})
-        result = ArgumentSpecValidator(rules).validate(known)
+        spec = _spec({name: options[name] for name in known})
+        result = ArgumentSpecValidator(spec).validate(known)
         problems.extend(result.error_messages)
+        if not result.error_messages and rules is not None:
+            problems.extend(format_problems(role, known, rules))
         if role == "kubelet_gpu" and not result.error_messages:
             problems.extend(kubelet_problems(known))
     return problems

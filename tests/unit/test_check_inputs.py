@@ -34,6 +34,29 @@ def inventory(tmp_path: Path, **node2: object) -> Path:
 # (what is given: extra vars, and node2's inventory variables), the line expected.
 CASES = [
     (
+        {"nvidia_driver_branch": "banana"},
+        {},
+        "nvidia_driver_branch is 'banana': a driver branch is three digits, quoted as a string,"
+        " 450 or newer",
+    ),
+    (
+        {"nvidia_driver_branch": "570", "nvidia_driver_version": "580.95.05"},
+        {},
+        "nvidia_driver_version is '580.95.05': it must be an exact driver version such as"
+        ' "570.95.05" that belongs to nvidia_driver_branch',
+    ),
+    (
+        {},
+        {"cuda_toolkit_version": "12"},
+        "cuda_toolkit_version is '12': it is a CUDA release as major.minor",
+    ),
+    (
+        {"nvidia_container_toolkit_version": "1.16.2-1"},
+        {},
+        "nvidia_container_toolkit_version is '1.16.2-1': give the package version as the"
+        " repository names it, 1.17 or newer",
+    ),
+    (
         {"nvidia_driver_kernel_module_type": "closed"},
         {},
         "value of nvidia_driver_kernel_module_type must be one of: auto, open, proprietary, got: closed",
@@ -84,7 +107,8 @@ def test_bad_input_is_one_line_exit_4_and_no_host_is_contacted(
 ) -> None:
     argv = [str(KUBEGPU), "bootstrap", "-i", str(inventory(tmp_path, **node2)), "--json"]
     for name, value in extra.items():
-        argv += ["-e", f"{name}={json.dumps(value) if not isinstance(value, str) else value}"]
+        # The CLI reads a value as YAML: JSON keeps a string a string ("570", not 570).
+        argv += ["-e", f"{name}={json.dumps(value)}"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
     result = json.loads(done.stdout)
@@ -124,9 +148,14 @@ def test_the_cli_prints_each_problem_on_its_own_line(tmp_path: Path) -> None:
 
 
 def test_good_input_passes_the_controller_check() -> None:
-    options = inputs.load_options(REPO / "roles", "nvidia_driver")
-    given = {"nvidia_driver_branch": "580", "nvidia_driver_kernel_module_type": "open"}
-    assert inputs.role_problems("nvidia_driver", options, given) == []
+    roles = REPO / "roles"
+    for role, given in (
+        ("nvidia_driver", {"nvidia_driver_branch": "580", "nvidia_driver_version": "580.95.05"}),
+        ("cuda_toolkit", {"cuda_toolkit_version": "12.8"}),
+        ("nvidia_container_toolkit", {"nvidia_container_toolkit_version": "1.18.*"}),
+    ):
+        options, rules = inputs.load_options(roles, role), inputs.load_rules(roles, role)
+        assert inputs.role_problems(role, options, given, rules) == [], role
 
 
 def test_a_problem_of_every_node_names_no_host() -> None:
