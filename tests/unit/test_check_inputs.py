@@ -94,6 +94,17 @@ CASES = [
         "argument 'cuda_toolkit_enabled' is of type str and we were unable to convert to bool",
     ),
     (
+        {},
+        {"container_runtime_restart": "sometimes"},
+        "argument 'container_runtime_restart' is of type str and we were unable to convert to bool",
+    ),
+    (
+        {"gpu_tenancy_tenants": "vision"},
+        {},
+        "Elements value for option 'gpu_tenancy_tenants' is of type str and we were unable to"
+        " convert to dict",
+    ),
+    (
         {"kubelet_gpu_settings": {"max_pods": 10}},
         {},
         "kubelet_gpu_settings: 'max_pods' is not a KubeletConfiguration field name",
