@@ -226,6 +226,9 @@ def test_the_repository_ansible_cfg_enables_it_and_a_playbook_fills_and_reuses_i
         "- hosts: localhost\n  gather_facts: false\n  vars:\n    n: 4\n  tasks:\n"
         "    - ansible.builtin.debug:\n        msg: \"{{ range(n) | map('string') | join('+') }}\"\n"
         "      when: n is divisibleby 2\n"
+        # A handler: ansible-core sends its start to the callback with the task alone.
+        "      changed_when: true\n      notify: Handled\n"
+        "  handlers:\n    - name: Handled\n      ansible.builtin.debug:\n        msg: handled\n"
     )
     cache_dir = tmp_path / "cache"
     env = dict(
@@ -248,6 +251,7 @@ def test_the_repository_ansible_cfg_enables_it_and_a_playbook_fills_and_reuses_i
         )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "msg: 0+1+2+3" in done.stdout
+        assert "Callback dispatch" not in done.stdout + done.stderr, done.stdout + done.stderr
         outputs.append(sorted(p.name for p in cache_dir.glob("*/*.code")))
     # The first run wrote the task's template and condition; the second found them all.
     assert len(outputs[0]) >= 2

@@ -243,4 +243,6 @@ class CallbackModule(CallbackBase):
         if self.cache is not None:
             self.cache.refresh()
 
-    v2_playbook_on_handler_task_start = v2_playbook_on_task_start
+    def v2_playbook_on_handler_task_start(self, task: t.Any) -> None:
+        # ansible-core sends a handler's start with the task alone (no is_conditional).
+        self.v2_playbook_on_task_start(task, False)
