@@ -11,6 +11,12 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import can_pipe, run_script
 
+# The message of a non-zero rc, in both ways of running: ansible.builtin.command's up to
+# ansible-core 2.19. ansible-core 2.21's command words it as the second text below, which the run
+# through the module turns back into this one, so that a result reads the same on every release.
+NONZERO_MSG = "non-zero return code"
+_COMMAND_NONZERO_MSGS = (NONZERO_MSG, "The command exited with a non-zero return code.")
+
 _ARGUMENT_SPEC: dict[str, t.Any] = {
     "script": {"type": "str", "required": True},
     "argv": {"type": "list", "elements": "str", "default": []},
@@ -61,7 +67,7 @@ class ActionModule(ActionBase):
         }
         if done["rc"] != 0:
             outcome["failed"] = True
-            outcome["msg"] = "non-zero return code"
+            outcome["msg"] = NONZERO_MSG
         return outcome
 
     def _run_command_module(
@@ -88,4 +94,6 @@ class ActionModule(ActionBase):
             done.pop(noise, None)
         if not done.get("msg"):
             done.pop("msg", None)
+        elif done.get("rc") and done["msg"] in _COMMAND_NONZERO_MSGS:
+            done["msg"] = NONZERO_MSG
         return done
