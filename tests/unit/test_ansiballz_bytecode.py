@@ -20,19 +20,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
-from ansible_collections.kubegpu.accel.plugins.plugin_utils import gate
 
-# The accelerator runs only on the ansible-core minors it was tested on (gate.TESTED_MINORS);
-# these tests of its use of ansible-core's internals (the AnsiballZ builder) make sense
-# there alone.
-TESTED = gate.minor() in gate.TESTED_MINORS
-pytestmark = pytest.mark.skipif(
-    not TESTED,
-    reason=f"kubegpu.accel steps aside on ansible-core {gate.ANSIBLE_VERSION} "
-    f"(tested on {', '.join(gate.TESTED_MINORS)})",
-)
+from tests.accel import only_where_it_runs
+
+# The accelerator's own tests: where it runs (tests/accel.py).
+pytestmark = only_where_it_runs
 
 REPO = Path(__file__).resolve().parents[2]
 

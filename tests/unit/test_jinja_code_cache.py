@@ -22,16 +22,11 @@ import pytest
 from ansible.errors import AnsibleError
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
-from ansible_collections.kubegpu.accel.plugins.plugin_utils import gate
 
-# The accelerator runs only on the ansible-core minors it was tested on (gate.TESTED_MINORS);
-# these tests of its use of ansible-core's internals make sense there alone.
-TESTED = gate.minor() in gate.TESTED_MINORS
-pytestmark = pytest.mark.skipif(
-    not TESTED,
-    reason=f"kubegpu.accel steps aside on ansible-core {gate.ANSIBLE_VERSION} "
-    f"(tested on {', '.join(gate.TESTED_MINORS)})",
-)
+from tests.accel import TESTED, only_where_it_runs
+
+# The accelerator's own tests: where it runs (tests/accel.py).
+pytestmark = only_where_it_runs
 if TESTED:  # ansible-core internals, which another minor need not have
     from ansible._internal._templating import _jinja_bits
     from ansible_collections.kubegpu.accel.plugins.callback import jinja_code_cache

@@ -28,15 +28,8 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.vault import VaultLib, VaultSecret
 from ansible_collections.kubegpu.accel.plugins.plugin_utils import gate
 
-# The accelerator runs only on the ansible-core minors it was tested on (gate.TESTED_MINORS).
-# Its own tests make sense there alone, and its internals need not even import elsewhere; that
-# it steps aside to ansible-core's linear, with the same results, is tested everywhere.
-TESTED = gate.minor() in gate.TESTED_MINORS
-only_where_it_runs = pytest.mark.skipif(
-    not TESTED,
-    reason=f"kubegpu.accel steps aside on ansible-core {gate.ANSIBLE_VERSION} "
-    f"(tested on {', '.join(gate.TESTED_MINORS)})",
-)
+from tests.accel import TESTED, only_where_it_runs
+
 if TESTED:
     from ansible._internal._datatag._tags import SourceWasEncrypted
     from ansible_collections.kubegpu.accel.plugins.plugin_utils import fast_linear as linear
