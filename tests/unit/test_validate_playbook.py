@@ -80,27 +80,18 @@ def test_check_expectation_mismatch_fails_the_gpu_layer(simulated_inventory: Pat
     assert "580" in str(status["driver_branch"]["expected"])
 
 
+def kubegpu_check(inventory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`kubegpu check -i INVENTORY ARGS...` through the CLI of this environment."""
+    command = [str(Path(sys.executable).parent / "kubegpu"), "check", "-i", str(inventory)]
+    return subprocess.run([*command, *args], capture_output=True, text=True)
+
+
 def test_cli_check_prints_the_report_and_exits_2(simulated_inventory: Path) -> None:
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "kubegpu"), "check", "-i", str(simulated_inventory)],
-        capture_output=True,
-        text=True,
-    )
+    proc = kubegpu_check(simulated_inventory)
     assert proc.returncode == 2
     assert "Readiness: simnode: not_ready (SIMULATED GPU)" in proc.stdout
     assert "runtime_nvidia_configured" in proc.stdout
-    as_json = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "kubegpu"),
-            "check",
-            "--json",
-            "-i",
-            str(simulated_inventory),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    data = json.loads(as_json.stdout)
+    data = json.loads(kubegpu_check(simulated_inventory, "--json").stdout)
     assert data["readiness"]["simnode"]["verdict"] == "not_ready"
     assert data["failed"][0]["host"] == "simnode"
 
@@ -112,20 +103,7 @@ def test_cli_writes_a_report_to_share_that_a_browser_renders(
     simulated_inventory: Path, tmp_path: Path
 ) -> None:
     page, markdown = tmp_path / "report.html", tmp_path / "report.md"
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "kubegpu"),
-            "check",
-            "-i",
-            str(simulated_inventory),
-            "--html",
-            str(page),
-            "--markdown",
-            str(markdown),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    proc = kubegpu_check(simulated_inventory, "--html", str(page), "--markdown", str(markdown))
     assert proc.returncode == 2
     text = markdown.read_text()
     assert "| simnode | not_ready (SIMULATED GPU) |" in text
@@ -139,19 +117,7 @@ def test_cli_writes_a_report_to_share_that_a_browser_renders(
     ).stdout
     assert dom.count('<td class="fail">') >= 1 and dom.count('<td class="pass">') >= 1
     assert '<span class="simulated">SIMULATED GPU</span>' in dom
-    data = json.loads(
-        subprocess.run(
-            [
-                str(Path(sys.executable).parent / "kubegpu"),
-                "check",
-                "--json",
-                "-i",
-                str(simulated_inventory),
-            ],
-            capture_output=True,
-            text=True,
-        ).stdout
-    )
+    data = json.loads(kubegpu_check(simulated_inventory, "--json").stdout)
     for check in data["readiness"]["simnode"]["checks"]:
         if check["status"] == "fail":
             assert html.escape(check["remedy"]) in dom
