@@ -47,6 +47,32 @@ def _check_tags(variable: str, tags: Iterable[str] | None) -> list[str]:
     return result
 
 
+# The layers of site.yml, by their tags, in the order it runs them.
+LAYER_TAGS = (
+    "preflight",
+    "driver",
+    "cuda",
+    "toolkit",
+    "runtime",
+    "kubelet",
+    "cluster",
+    "tenants",
+    "validate",
+)
+
+
+def tag_skips(tags: Sequence[str], skip_tags: Sequence[str]) -> dict[str, str]:
+    """The layers of site.yml that tags or skip_tags leave out, and why. Preflight is tagged
+    always as well, so only skip_tags leaves it out."""
+    skipped = {}
+    for layer in LAYER_TAGS:
+        if layer in skip_tags:
+            skipped[layer] = f"left out by skip_tags ({', '.join(skip_tags)})"
+        elif tags and layer not in tags and layer != "preflight" and "all" not in tags:
+            skipped[layer] = f"not among the tags asked for ({', '.join(tags)})"
+    return skipped
+
+
 def _check_extra_vars(extra_vars: Mapping[str, Any] | None) -> dict[str, Any]:
     result = dict(extra_vars or {})
     for name in result:
@@ -274,7 +300,11 @@ def run_playbook(
             cluster_readiness=dict(set_stats.get("kubegpu_cluster_readiness") or {}),
             input_problems=[str(p) for p in set_stats.get("kubegpu_input_problems") or []],
             skipped_layers={
-                str(k): str(v) for k, v in (set_stats.get("kubegpu_skipped_layers") or {}).items()
+                **(tag_skips(tag_list, skip_list) if playbook_path.name == "site.yml" else {}),
+                **{
+                    str(k): str(v)
+                    for k, v in (set_stats.get("kubegpu_skipped_layers") or {}).items()
+                },
             },
             stats=stats,
             artifacts_dir=workdir if keep_artifacts else None,

@@ -121,3 +121,20 @@ def test_a_skipped_layer_says_why_once_in_the_summary() -> None:
         assert lines == [
             f"SKIPPED layer {layer}: kubegpu_kubeconfig is not set: no cluster to deploy to"
         ]
+
+
+def test_layers_left_out_by_tags_or_without_gpu_nodes_say_why() -> None:
+    content = find_content()
+    result = runner.run_playbook(
+        content.root / "site.yml", local_inventory(), tags=["validate"], skip_tags=["cluster"]
+    )
+    assert result.ok, result.failed
+    assert result.skipped_layers["nodes"] == (
+        "the inventory's gpu_nodes group has no hosts: no node layer runs"
+    )
+    assert result.skipped_layers["cluster"] == "left out by skip_tags (cluster)"
+    for layer in ("driver", "cuda", "toolkit", "runtime", "kubelet", "tenants"):
+        assert result.skipped_layers[layer] == "not among the tags asked for (validate)"
+    assert "validate" not in result.skipped_layers and "preflight" not in result.skipped_layers
+    summary = report.summary_table(result, width=200)
+    assert "SKIPPED layer driver: not among the tags asked for (validate)" in summary.splitlines()
