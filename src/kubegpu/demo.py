@@ -1,6 +1,6 @@
 """The README's first command: bootstrap a local testbed and print its readiness report.
 
-Brings up (or reuses) three testbed nodes, all able to run containerd, node2 with a SIMULATED
+Brings up (or reuses) three testbed nodes, all able to run containerd, demo2 with a SIMULATED
 GPU replaying a real nvidia-smi capture. Runs site.yml on them through the API, prints the
 summary and the readiness report, and leaves the nodes up.
 """
@@ -22,7 +22,9 @@ from kubegpu.testbed import api as testbed
 from kubegpu.testbed.config import TestbedConfig, default_cache_dir
 
 # The demo's own testbed, apart from the one the tests bring up (the default state folder,
-# bridge and subnet), so that `scripts/demo` then `scripts/test` never collide.
+# bridge, subnet, ports and node names: nspawn names each node's host-side veth after it), so
+# that `scripts/demo` then `scripts/test` never collide.
+DEMO_PREFIX = "demo"
 DEMO_STATE = Path("/run/kubegpu-demo")
 DEMO_BRIDGE = "kgdemo0"
 DEMO_SUBNET = "10.214.0.0/24"
@@ -58,8 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             subnet=DEMO_SUBNET,
             proxy_port=DEMO_PROXY_PORT,
             repo_port=DEMO_REPO_PORT,
-            containers=("node1", "node2", "node3"),
-            simulate_gpu=(("node2", args.capture),),
+            name_prefix=DEMO_PREFIX,
+            containers=(f"{DEMO_PREFIX}1", f"{DEMO_PREFIX}2", f"{DEMO_PREFIX}3"),
+            simulate_gpu=((f"{DEMO_PREFIX}2", args.capture),),
         )
         state = testbed.up(config, progress=lambda m: print(f"testbed: {m}", file=sys.stderr))
     print(f"testbed: nodes {', '.join(state.node_names)} up; inventory {state.inventory}")
@@ -79,14 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     where = f"--state-dir {state_dir}"
     print(
         f"\nThe nodes are left up. Check them again: `.venv/bin/kubegpu check -i "
-        f"{state.inventory}`; look around: `.venv/bin/kubegpu testbed ssh {where} node2`; "
+        f"{state.inventory}`; look around: `.venv/bin/kubegpu testbed ssh {where} {DEMO_PREFIX}2`; "
         f"remove them: `.venv/bin/kubegpu testbed down {where}`."
     )
     code = exit_code(result)
     if only_readiness_failed(result):
         print(
             "Every layer was installed and configured. The nodes are not ready, as expected on "
-            "this machine: no node has a real GPU (node2's is SIMULATED) and none runs a "
+            f"this machine: no node has a real GPU ({DEMO_PREFIX}2's is SIMULATED) and none runs a "
             f"kubelet, and the report says what each lacks. Exit code {code}, as "
             "`kubegpu bootstrap` gives for nodes that are not ready."
         )
