@@ -13,24 +13,21 @@ PLAYBOOKS = {
     "reset": "playbooks/reset.yml",
 }
 
+# The layers of site.yml, by their tags, in the order it runs them.
+LAYER_TAGS = (
+    "preflight",
+    "driver",
+    "cuda",
+    "toolkit",
+    "runtime",
+    "kubelet",
+    "cluster",
+    "tenants",
+    "validate",
+)
 # Every tag the playbooks use. A test keeps this in step with `ansible-playbook --list-tags`,
 # so an unknown tag is refused before a run starts instead of silently matching nothing.
-KNOWN_TAGS = frozenset(
-    {
-        "always",
-        "preflight",
-        "driver",
-        "cuda",
-        "toolkit",
-        "runtime",
-        "kubelet",
-        "cluster",
-        "tenants",
-        "validate",
-        "upgrade",
-        "reset",
-    }
-)
+KNOWN_TAGS = frozenset({"always", *LAYER_TAGS, "upgrade", "reset"})
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 import ansible_runner
 
-from kubegpu.content import KNOWN_TAGS, Content, find_content
+from kubegpu.content import KNOWN_TAGS, LAYER_TAGS, Content, find_content
 from kubegpu.errors import InputError
 from kubegpu.events import Event, normalize
 from kubegpu.result import HostFailure, HostStats, RunResult
@@ -45,20 +45,6 @@ def _check_tags(variable: str, tags: Iterable[str] | None) -> list[str]:
             variable, f"unknown tag(s) {', '.join(unknown)}", ", ".join(sorted(KNOWN_TAGS))
         )
     return result
-
-
-# The layers of site.yml, by their tags, in the order it runs them.
-LAYER_TAGS = (
-    "preflight",
-    "driver",
-    "cuda",
-    "toolkit",
-    "runtime",
-    "kubelet",
-    "cluster",
-    "tenants",
-    "validate",
-)
 
 
 def tag_skips(tags: Sequence[str], skip_tags: Sequence[str]) -> dict[str, str]:
