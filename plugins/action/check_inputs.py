@@ -14,6 +14,7 @@ from ansible_collections.kubegpu.gpu.plugins.plugin_utils import inputs
 
 # The collection's roles: plugins/action/ -> the collection (or the checkout) -> roles/.
 ROLES = Path(__file__).resolve().parents[2] / "roles"
+ALL_ROLES = inputs.NODE_ROLES + inputs.CLUSTER_ROLES
 
 
 class ActionModule(ActionBase):
@@ -36,33 +37,27 @@ class ActionModule(ActionBase):
         nodes = list(task_vars.get("groups", {}).get(group, []))
         problems: list[str] = []
         unread: list[str] = []
-        roles = inputs.NODE_ROLES + inputs.CLUSTER_ROLES
-        options = {role: inputs.load_options(ROLES, role) for role in roles}
-        rules = {role: inputs.load_rules(ROLES, role) for role in roles}
-        known = [name for role in roles for name in options[role]]
-        prefixes = tuple(role + "_" for role in roles)
+        options = {role: inputs.load_options(ROLES, role) for role in ALL_ROLES}
+        rules = {role: inputs.load_rules(ROLES, role) for role in ALL_ROLES}
+        known = [name for role in ALL_ROLES for name in options[role]]
+        # Each host's variables are read once (hostvars builds them anew on every access).
+        by_role: dict[str, dict[str, list[str]]] = {role: {} for role in inputs.NODE_ROLES}
+        misspelled = {}
+        for host in nodes:
+            given, others = self._given(hostvars[host], inputs.NODE_ROLES, unread)
+            for role in inputs.NODE_ROLES:
+                by_role[role][host] = inputs.role_problems(
+                    role, options[role], given[role], rules[role]
+                )
+            # A misspelled prefix: a name under no role's prefix, close to a role's variable.
+            misspelled[host] = inputs.misspelled(others, known)
         for role in inputs.NODE_ROLES:
-            by_host = {}
-            for host in nodes:
-                given = self._given(role, hostvars[host], unread)
-                by_host[host] = inputs.role_problems(role, options[role], given, rules[role])
-            problems.extend(inputs.merge(by_host))
+            problems.extend(inputs.merge(by_role[role]))
+        given, others = self._given(task_vars, inputs.CLUSTER_ROLES, unread)
         for role in inputs.CLUSTER_ROLES:
-            given = self._given(role, task_vars, unread)
-            problems.extend(inputs.role_problems(role, options[role], given, rules[role]))
-        # A misspelled prefix: set for a node or for the controller, under no role's prefix.
-        others = {
-            host: inputs.misspelled(
-                [n for n in hostvars[host] if not n.startswith(prefixes)], known
-            )
-            for host in nodes
-        }
-        problems.extend(inputs.merge(others))
-        problems.extend(
-            p
-            for p in inputs.misspelled([n for n in task_vars if not n.startswith(prefixes)], known)
-            if p not in problems
-        )
+            problems.extend(inputs.role_problems(role, options[role], given[role], rules[role]))
+        problems.extend(inputs.merge(misspelled))
+        problems.extend(p for p in inputs.misspelled(others, known) if p not in problems)
         result.update(
             changed=False,
             problems=problems,
@@ -78,19 +73,26 @@ class ActionModule(ActionBase):
         return result
 
     def _given(
-        self, role: str, variables: t.Mapping[str, t.Any], unread: list[str]
-    ) -> dict[str, t.Any]:
-        """The variables with the role's prefix that the inventory or extra vars set, as
-        templated values. A value that cannot be templated yet (it uses a host's facts) is left
-        to the role's own check on the host."""
-        given = {}
+        self, variables: t.Mapping[str, t.Any], roles: t.Sequence[str], unread: list[str]
+    ) -> tuple[dict[str, dict[str, t.Any]], list[str]]:
+        """The variables with each role's prefix that the inventory or extra vars set, as
+        templated values, and the names under no role's prefix. A value that cannot be
+        templated yet (it uses a host's facts) is left to the role's own check on the host."""
+        given: dict[str, dict[str, t.Any]] = {role: {} for role in roles}
+        others = []
         for name in list(variables):
-            if not name.startswith(role + "_") or name in inputs.OUTPUTS:
+            role = next((r for r in ALL_ROLES if name.startswith(r + "_")), None)
+            if role is None:
+                others.append(name)
+                continue
+            if role not in given:
+                continue
+            if name in inputs.OUTPUTS:
                 continue
             try:
                 # A host's variables come templated from hostvars; the controller's own are
                 # templated here.
-                given[name] = self._templar.template(variables[name])
+                given[role][name] = self._templar.template(variables[name])
             except Exception:  # any templating error: the host check has it
                 unread.append(name)
-        return given
+        return given, others
