@@ -129,8 +129,11 @@ def strategy_environment(strategy: str | None = None) -> dict[str, str]:
 
 
 ACCEL_VARIABLE = "KUBEGPU_ACCEL"
-ACCEL_VALUES = {"1": "1", "true": "1", "yes": "1", "on": "1", "0": "0", "false": "0", "no": "0"}
-ACCEL_VALUES["off"] = "0"
+# What KUBEGPU_ACCEL may say (any case), as the value the run gets.
+ACCEL_VALUES = {
+    **dict.fromkeys(("1", "true", "yes", "on"), "1"),
+    **dict.fromkeys(("0", "false", "no", "off"), "0"),
+}
 
 
 def accel_environment(accel: bool | None = None) -> dict[str, str]:
