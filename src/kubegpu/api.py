@@ -1,164 +1,50 @@
-"""The typed entry points: each runs one kubegpu playbook and returns a RunResult."""
+"""The typed entry points: each runs one kubegpu playbook and returns a RunResult. They take the
+inventory and the run options of kubegpu.options (limit, tags, skip_tags, extra_vars, check,
+diff, on_event, cancel, keep_artifacts) as keyword arguments."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Unpack
 
 from kubegpu.content import find_content
 from kubegpu.errors import InputError
+from kubegpu.options import READ_OPTIONS, ReadOptions, RunOptions, check_options
 from kubegpu.result import RunResult
-from kubegpu.runner import EventCallback, InventoryArg, run_playbook
+from kubegpu.runner import InventoryArg, run_playbook
 
 Inventory = InventoryArg
 
 
-def _run(
-    entry_point: str,
-    inventory: Inventory,
-    *,
-    limit: str | None,
-    tags: Iterable[str] | None,
-    skip_tags: Iterable[str] | None,
-    extra_vars: Mapping[str, Any] | None,
-    check: bool,
-    diff: bool,
-    on_event: EventCallback | None,
-    cancel: threading.Event | None,
-    keep_artifacts: bool,
-) -> RunResult:
+def _run(entry_point: str, inventory: Inventory, options: RunOptions) -> RunResult:
     content = find_content()
-    return run_playbook(
-        content.playbook(entry_point),
-        inventory,
-        limit=limit,
-        tags=tags,
-        skip_tags=skip_tags,
-        extra_vars=extra_vars,
-        check=check,
-        diff=diff,
-        on_event=on_event,
-        cancel=cancel,
-        keep_artifacts=keep_artifacts,
-        content=content,
-    )
+    return run_playbook(content.playbook(entry_point), inventory, content=content, **options)
 
 
-def bootstrap(
-    inventory: Inventory,
-    *,
-    limit: str | None = None,
-    tags: Iterable[str] | None = None,
-    skip_tags: Iterable[str] | None = None,
-    extra_vars: Mapping[str, Any] | None = None,
-    check: bool = False,
-    diff: bool = False,
-    on_event: EventCallback | None = None,
-    cancel: threading.Event | None = None,
-    keep_artifacts: bool = False,
-) -> RunResult:
+def bootstrap(inventory: Inventory, **options: Unpack[RunOptions]) -> RunResult:
     """Run site.yml: preflight, node layers, cluster layer, then the readiness checks."""
-    return _run(
-        "bootstrap",
-        inventory,
-        limit=limit,
-        tags=tags,
-        skip_tags=skip_tags,
-        extra_vars=extra_vars,
-        check=check,
-        diff=diff,
-        on_event=on_event,
-        cancel=cancel,
-        keep_artifacts=keep_artifacts,
-    )
+    check_options("bootstrap", options)
+    return _run("bootstrap", inventory, options)
 
 
-def check(
-    inventory: Inventory,
-    *,
-    limit: str | None = None,
-    tags: Iterable[str] | None = None,
-    skip_tags: Iterable[str] | None = None,
-    extra_vars: Mapping[str, Any] | None = None,
-    on_event: EventCallback | None = None,
-    cancel: threading.Event | None = None,
-    keep_artifacts: bool = False,
-) -> RunResult:
+def check(inventory: Inventory, **options: Unpack[ReadOptions]) -> RunResult:
     """Run the readiness checks only (validate.yml); changes nothing on the hosts."""
-    return _run(
-        "check",
-        inventory,
-        limit=limit,
-        tags=tags,
-        skip_tags=skip_tags,
-        extra_vars=extra_vars,
-        check=False,
-        diff=False,
-        on_event=on_event,
-        cancel=cancel,
-        keep_artifacts=keep_artifacts,
-    )
+    check_options("check", options, READ_OPTIONS)
+    return _run("check", inventory, RunOptions(**options, check=False, diff=False))
 
 
-def upgrade_driver(
-    inventory: Inventory,
-    *,
-    limit: str | None = None,
-    tags: Iterable[str] | None = None,
-    skip_tags: Iterable[str] | None = None,
-    extra_vars: Mapping[str, Any] | None = None,
-    check: bool = False,
-    diff: bool = False,
-    on_event: EventCallback | None = None,
-    cancel: threading.Event | None = None,
-    keep_artifacts: bool = False,
-) -> RunResult:
+def upgrade_driver(inventory: Inventory, **options: Unpack[RunOptions]) -> RunResult:
     """Run the rolling driver upgrade (upgrade_driver.yml)."""
-    return _run(
-        "upgrade_driver",
-        inventory,
-        limit=limit,
-        tags=tags,
-        skip_tags=skip_tags,
-        extra_vars=extra_vars,
-        check=check,
-        diff=diff,
-        on_event=on_event,
-        cancel=cancel,
-        keep_artifacts=keep_artifacts,
-    )
+    check_options("upgrade_driver", options)
+    return _run("upgrade_driver", inventory, options)
 
 
 def reset(
-    inventory: Inventory,
-    *,
-    confirm: bool = False,
-    limit: str | None = None,
-    tags: Iterable[str] | None = None,
-    skip_tags: Iterable[str] | None = None,
-    extra_vars: Mapping[str, Any] | None = None,
-    check: bool = False,
-    diff: bool = False,
-    on_event: EventCallback | None = None,
-    cancel: threading.Event | None = None,
-    keep_artifacts: bool = False,
+    inventory: Inventory, *, confirm: bool = False, **options: Unpack[RunOptions]
 ) -> RunResult:
     """Remove what kubegpu installed (reset.yml). Needs confirm=True."""
+    check_options("reset", options)
     if not confirm:
         raise InputError("confirm", "reset removes what kubegpu installed and needs confirm=True")
-    variables = dict(extra_vars or {})
+    variables = dict(options.pop("extra_vars", None) or {})
     variables["kubegpu_reset_confirm"] = True
-    return _run(
-        "reset",
-        inventory,
-        limit=limit,
-        tags=tags,
-        skip_tags=skip_tags,
-        extra_vars=variables,
-        check=check,
-        diff=diff,
-        on_event=on_event,
-        cancel=cancel,
-        keep_artifacts=keep_artifacts,
-    )
+    return _run("reset", inventory, RunOptions(**options, extra_vars=variables))

@@ -16,19 +16,18 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import ansible_runner
 
 from kubegpu.content import KNOWN_TAGS, LAYER_TAGS, Content, find_content
 from kubegpu.errors import InputError
-from kubegpu.events import Event, normalize
+from kubegpu.events import normalize
+from kubegpu.options import RunOptions, check_options
 from kubegpu.result import HostFailure, HostStats, RunResult
 
-EventCallback = Callable[[Event], None]
 # An inventory file or directory, an inventory as a dict, or several of them (merged in order).
 InventoryArg = str | Path | Mapping[str, Any] | Sequence[str | Path | Mapping[str, Any]]
 
@@ -213,30 +212,30 @@ def run_playbook(
     playbook: str | Path,
     inventory: InventoryArg,
     *,
-    limit: str | None = None,
-    tags: Iterable[str] | None = None,
-    skip_tags: Iterable[str] | None = None,
-    extra_vars: Mapping[str, Any] | None = None,
-    check: bool = False,
-    diff: bool = False,
-    on_event: EventCallback | None = None,
-    cancel: threading.Event | None = None,
     forks: int | None = None,
     verbosity: int = 0,
     timeout: int | None = None,
-    keep_artifacts: bool = False,
     content: Content | None = None,
+    **options: Unpack[RunOptions],
 ) -> RunResult:
-    """Run one playbook and return its structured result. Raises InputError on bad input."""
+    """Run one playbook and return its structured result. Raises InputError on bad input.
+    The options are kubegpu.options.RunOptions; forks, verbosity and timeout are Ansible's."""
+    check_options("run_playbook", options)
+    limit = options.get("limit")
+    check = options.get("check", False)
+    diff = options.get("diff", False)
+    on_event = options.get("on_event")
+    cancel = options.get("cancel")
+    keep_artifacts = options.get("keep_artifacts", False)
     content = content or find_content()
     playbook_path = Path(playbook)
     if not playbook_path.is_absolute():
         playbook_path = content.root / playbook_path
     if not playbook_path.is_file():
         raise InputError("playbook", f"{playbook_path} does not exist")
-    tag_list = _check_tags("tags", tags)
-    skip_list = _check_tags("skip_tags", skip_tags)
-    variables = _check_extra_vars(extra_vars)
+    tag_list = _check_tags("tags", options.get("tags"))
+    skip_list = _check_tags("skip_tags", options.get("skip_tags"))
+    variables = _check_extra_vars(options.get("extra_vars"))
     if forks is not None and forks < 1:
         raise InputError("forks", f"{forks} is not a positive number", "1 or more")
     envvars = _environment(content)

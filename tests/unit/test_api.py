@@ -166,6 +166,45 @@ def test_reset_needs_confirmation() -> None:
         kubegpu.reset(local_inventory())
 
 
+@pytest.mark.parametrize(
+    ("entry_point", "kwargs", "fragment"),
+    [
+        (
+            kubegpu.bootstrap,
+            {"limt": "node1"},
+            "bootstrap() got unexpected keyword argument(s) limt",
+        ),
+        # The readiness checks change nothing: they take no check or diff.
+        (kubegpu.check, {"check": True}, "check() got unexpected keyword argument(s) check"),
+        (kubegpu.reset, {"confirm": True, "force": True}, "reset() got unexpected keyword"),
+    ],
+)
+def test_an_unknown_option_is_refused_with_the_options_there_are(
+    entry_point: Any, kwargs: dict[str, Any], fragment: str
+) -> None:
+    with pytest.raises(TypeError) as info:
+        entry_point(local_inventory(), **kwargs)
+    assert fragment in str(info.value)
+    assert "limit" in str(info.value) and "extra_vars" in str(info.value)
+
+
+def test_reset_keeps_the_extra_vars_and_adds_its_confirmation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake_run(playbook: Any, inventory: Any, **options: Any) -> str:
+        seen.update(options, playbook=playbook)
+        return "result"
+
+    monkeypatch.setattr(kubegpu.api, "run_playbook", fake_run)
+    given = {"gpu_tenants": []}
+    assert kubegpu.reset(local_inventory(), confirm=True, extra_vars=given, limit="n1") == "result"
+    assert seen["extra_vars"] == {"gpu_tenants": [], "kubegpu_reset_confirm": True}
+    assert seen["limit"] == "n1" and Path(seen["playbook"]).name == "reset.yml"
+    assert given == {"gpu_tenants": []}
+
+
 def test_secret_paths_are_allowed() -> None:
     assert runner._check_extra_vars({"registry_token_file": "/root/t"}) == {
         "registry_token_file": "/root/t"
