@@ -21,13 +21,12 @@ import base64
 import os
 import typing as t
 
-from ansible.plugins.action import ActionBase
 from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd as c
 from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
     B64_HELPERS,
+    PipedAction,
     BIN_PATH,
     Unanswered,
-    answer_or_run_module,
     answered,
     b64_text,
     node_argument_spec,
@@ -190,23 +189,18 @@ class _Node:
         return c.dump_config(ran, containerd, scratch, {scratch: main_path})
 
 
-class ActionModule(ActionBase):
-    _supports_check_mode = True
-    _supports_async = False
+class ActionModule(PipedAction):
+    ARGUMENT_SPEC = _ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        del tmp
-        _, params = self.validate_argument_spec(argument_spec=_ARGUMENT_SPEC)
-        node_paths = [params[name] for name in _PATH_OPTIONS if params[name]]
+    def node_paths(self, args: dict[str, t.Any]) -> list[str]:
+        return [args[name] for name in _PATH_OPTIONS if args[name]]
 
-        def answer() -> dict[str, t.Any]:
-            if params["state"] != "present" or c.param_problem(params):
-                raise Unanswered("the module refuses or undoes")
-            return self._unchanged(params)
-
-        result.update(answer_or_run_module(self, task_vars, node_paths, answer))
-        return result
+    def answer(
+        self, args: dict[str, t.Any], task_vars: dict[str, t.Any] | None
+    ) -> dict[str, t.Any]:
+        if args["state"] != "present" or c.param_problem(args):
+            raise Unanswered("the module refuses or undoes")
+        return self._unchanged(args)
 
     def _unchanged(self, params: dict[str, t.Any]) -> dict[str, t.Any]:
         main = params["config_path"]
@@ -221,14 +215,7 @@ class ActionModule(ActionBase):
             os.path.join(base, "config.d"),
         ]
         given = params["containerd_binary"] or ""
-        done = run_script(
-            self,
-            _READ,
-            [given, *paths, *c.BINARY_DIRS],
-            self._compute_environment_string(),
-        )
-        if done["rc"] != 0:
-            raise ValueError(f"rc {done['rc']}: {done['stderr']}")
+        done = self.read(_READ, [given, *paths, *c.BINARY_DIRS], self._compute_environment_string())
         node = _Node(self, done["stdout"], paths)
         if node.binary is None:
             raise Unanswered("containerd")

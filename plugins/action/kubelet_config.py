@@ -22,7 +22,6 @@ import typing as t
 
 import yaml
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 from ansible_collections.kubegpu.gpu.plugins.module_utils import kubelet_node as kn
 from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet import (
     DEFAULT_PATHS,
@@ -30,14 +29,13 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet import (
 )
 from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
     B64_HELPERS,
+    PipedAction,
     BIN_PATH,
     Unanswered,
-    answer_or_run_module,
     answered,
     b64_text,
     node_argument_spec,
     node_python,
-    run_script,
 )
 
 _ARGUMENT_SPEC, _PATH_OPTIONS = node_argument_spec(kn.ARGUMENT_SPEC)
@@ -259,34 +257,26 @@ def _script_argv(args: dict[str, t.Any], python: str) -> list[str]:
     ]
 
 
-class ActionModule(ActionBase):
-    _supports_check_mode = True
-    _supports_async = False
+class ActionModule(PipedAction):
+    ARGUMENT_SPEC = _ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        del tmp
+    def arguments(self) -> dict[str, t.Any] | None:
         try:
-            _, validated = self.validate_argument_spec(argument_spec=_ARGUMENT_SPEC)
             # Plain data, as the module gets its arguments (through JSON).
-            args = json.loads(json.dumps(validated))
+            return dict(json.loads(json.dumps(super().arguments())))
         except (AnsibleActionFail, TypeError):
             # The module says what is wrong with its arguments, in its own words.
-            result.update(self._execute_module(task_vars=task_vars))
-            return result
-        node_paths = [args[name] or "" for name in _PATH_OPTIONS]
+            return None
 
-        def answer() -> dict[str, t.Any]:
-            argv = _script_argv(args, node_python(self, task_vars))
-            environment = self._compute_environment_string()
-            done = run_script(self, _SCRIPT, argv, environment)
-            if done["rc"] != 0:
-                raise ValueError(f"rc {done['rc']}: {done['stderr']}")
-            answers = _Answers(done["stdout"], kn.EXTRA_DIRS, argv[4])
-            return self._unchanged(answers, args)
+    def node_paths(self, args: dict[str, t.Any]) -> list[str]:
+        return [args[name] or "" for name in _PATH_OPTIONS]
 
-        result.update(answer_or_run_module(self, task_vars, node_paths, answer))
-        return result
+    def answer(
+        self, args: dict[str, t.Any], task_vars: dict[str, t.Any] | None
+    ) -> dict[str, t.Any]:
+        argv = _script_argv(args, node_python(self, task_vars))
+        done = self.read(_SCRIPT, argv, self._compute_environment_string())
+        return self._unchanged(_Answers(done["stdout"], kn.EXTRA_DIRS, argv[4]), args)
 
     def _unchanged(self, answers: _Answers, args: dict[str, t.Any]) -> dict[str, t.Any]:
         outcome, msg, plans = kn.decide(args, answers, self._task.diff)

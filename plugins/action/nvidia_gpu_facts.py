@@ -17,12 +17,11 @@ import os
 import typing as t
 import uuid
 
-from ansible.plugins.action import ActionBase
 from ansible_collections.kubegpu.gpu.plugins.module_utils import nvidia_smi
 from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
     B64_HELPERS,
+    PipedAction,
     Unanswered,
-    answer_or_run_module,
     b64_text,
     run_script,
 )
@@ -135,28 +134,19 @@ class _Answers:
             raise Unanswered(path) from None
 
 
-class ActionModule(ActionBase):
-    _supports_check_mode = True
-    _supports_async = False
+class ActionModule(PipedAction):
+    ARGUMENT_SPEC = _ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        del tmp
-        _, args = self.validate_argument_spec(argument_spec=_ARGUMENT_SPEC)
-        given = args["nvidia_smi"] or ""
-        root = args["host_root"] or "/"
+    def node_paths(self, args: dict[str, t.Any]) -> list[str]:
+        return [args["nvidia_smi"] or "", args["host_root"] or "/"]
 
-        def answer() -> dict[str, t.Any]:
-            boundary = f"kubegpu-{uuid.uuid4().hex}"
-            done = run_script(
-                self, _SCRIPT, [root, given, boundary, *nvidia_smi.DEFAULT_SEARCH_DIRS]
-            )
-            if done["rc"] != 0:
-                raise ValueError(f"rc {done['rc']}: {done['stderr']}")
-            return self._facts(_Answers(done["stdout"], done["stderr"], boundary), given, root)
-
-        result.update(answer_or_run_module(self, task_vars, [given, root], answer))
-        return result
+    def answer(
+        self, args: dict[str, t.Any], task_vars: dict[str, t.Any] | None
+    ) -> dict[str, t.Any]:
+        given, root = self.node_paths(args)
+        boundary = f"kubegpu-{uuid.uuid4().hex}"
+        done = self.read(_SCRIPT, [root, given, boundary, *nvidia_smi.DEFAULT_SEARCH_DIRS])
+        return self._facts(_Answers(done["stdout"], done["stderr"], boundary), given, root)
 
     def _runner(self, answers: _Answers) -> t.Callable[[list[str]], tuple[int, str, str]]:
         def run(argv: list[str]) -> tuple[int, str, str]:

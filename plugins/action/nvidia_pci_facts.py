@@ -16,15 +16,13 @@ import base64
 import os
 import typing as t
 
-from ansible.plugins.action import ActionBase
 from ansible_collections.kubegpu.gpu.plugins.module_utils import nvidia_pci as pci
 from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
     B64_HELPERS,
+    PipedAction,
     Unanswered,
-    answer_or_run_module,
     answered,
     b64_text,
-    run_script,
 )
 
 # $1 host_root, $2 "1" to ask mokutil (host_root is /), $3 the Secure Boot EFI variable's
@@ -212,28 +210,20 @@ class _Answers:
         return self.mokutil_output
 
 
-class ActionModule(ActionBase):
-    _supports_check_mode = True
-    _supports_async = False
+class ActionModule(PipedAction):
+    ARGUMENT_SPEC = _ARGUMENT_SPEC
+    REQUIRED_BY: t.ClassVar = {"kernel_module_type": ("branch",)}
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        del tmp
-        _, args = self.validate_argument_spec(
-            argument_spec=_ARGUMENT_SPEC, required_by={"kernel_module_type": ("branch",)}
-        )
+    def node_paths(self, args: dict[str, t.Any]) -> list[str]:
+        return [args["host_root"] or "/", *args["file_states"]]
+
+    def answer(
+        self, args: dict[str, t.Any], task_vars: dict[str, t.Any] | None
+    ) -> dict[str, t.Any]:
         root = args["host_root"] or "/"
-        paths = args["file_states"]
-
-        def answer() -> dict[str, t.Any]:
-            ask_mokutil = "1" if root == "/" else "0"
-            done = run_script(self, _SCRIPT, [root, ask_mokutil, pci.SECURE_BOOT_VAR, *paths])
-            if done["rc"] != 0:
-                raise ValueError(f"rc {done['rc']}: {done['stderr']}")
-            return self._facts(_Answers(done["stdout"], root), args)
-
-        result.update(answer_or_run_module(self, task_vars, [root, *paths], answer))
-        return result
+        ask_mokutil = "1" if root == "/" else "0"
+        done = self.read(_SCRIPT, [root, ask_mokutil, pci.SECURE_BOOT_VAR, *args["file_states"]])
+        return self._facts(_Answers(done["stdout"], root), args)
 
     @staticmethod
     def _facts(answers: _Answers, args: dict[str, t.Any]) -> dict[str, t.Any]:

@@ -11,6 +11,7 @@ import base64
 import typing as t
 
 from ansible import constants as C
+from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 display = Display()
@@ -165,3 +166,53 @@ def node_python(action: t.Any, task_vars: dict[str, t.Any] | None) -> str:
     if not found:
         raise Unanswered("the node's Python: interpreter discovery has not run")
     return str(found).strip()
+
+
+class PipedAction(ActionBase):
+    """The base of the actions that answer a run with nothing to change from one sh script on
+    the node and the module's own code here (containerd_runtime, kubelet_config,
+    nvidia_gpu_facts, nvidia_pci_facts): validate the arguments, then answer() where the
+    connection pipelines, else run the module (answer_or_run_module). A subclass gives its
+    argument spec, the path options the node must expand (node_paths) and answer()."""
+
+    _supports_check_mode = True
+    _supports_async = False
+    ARGUMENT_SPEC: t.ClassVar[dict[str, dict[str, t.Any]]] = {}
+    REQUIRED_BY: t.ClassVar[dict[str, tuple[str, ...]] | None] = None
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        args = self.arguments()
+        if args is None:
+            result.update(self._execute_module(task_vars=task_vars))
+            return result
+        result.update(
+            answer_or_run_module(
+                self, task_vars, self.node_paths(args), lambda: self.answer(args, task_vars)
+            )
+        )
+        return result
+
+    def arguments(self) -> dict[str, t.Any] | None:
+        """The validated arguments; None sends them to the module, to say in its own words
+        what is wrong with them."""
+        _, args = self.validate_argument_spec(
+            argument_spec=self.ARGUMENT_SPEC, required_by=self.REQUIRED_BY
+        )
+        return dict(args)
+
+    def node_paths(self, args: dict[str, t.Any]) -> list[str]:
+        raise NotImplementedError
+
+    def answer(
+        self, args: dict[str, t.Any], task_vars: dict[str, t.Any] | None
+    ) -> dict[str, t.Any]:
+        raise NotImplementedError
+
+    def read(self, script: str, argv: t.Sequence[str], environment: str = "") -> dict[str, t.Any]:
+        """run_script(), where a non-zero exit is ValueError (the module answers instead)."""
+        done = run_script(self, script, argv, environment)
+        if done["rc"] != 0:
+            raise ValueError(f"rc {done['rc']}: {done['stderr']}")
+        return done
