@@ -34,6 +34,15 @@ except ImportError as exc:  # reported by the modules through missing_required_l
     ApiException = Exception
 
 
+# The options every module that uses ClusterApi takes (documented once, in the doc fragment
+# kubegpu.gpu.cluster_api).
+API_ARGUMENT_SPEC = dict(
+    kubeconfig=dict(type="path", required=True, no_log=True),
+    context=dict(type="str"),
+    timeout=dict(type="int", default=10),
+)
+
+
 class ClusterApiError(Exception):
     """The API could not be used: message says why; status is the HTTP status if any."""
 

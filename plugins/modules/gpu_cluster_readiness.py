@@ -31,20 +31,6 @@ description:
     O(smoke_test_image) with O(runtime_class), and must finish within O(smoke_test_timeout)
     seconds printing O(smoke_test_pass_line). The pods run in parallel and are always deleted.
 options:
-  kubeconfig:
-    description:
-      - Path of the kubeconfig file. Never logged.
-    type: path
-    required: true
-  context:
-    description:
-      - The kubeconfig context; its current context when unset.
-    type: str
-  timeout:
-    description:
-      - Seconds to wait for each API request.
-    type: int
-    default: 10
   namespace:
     description:
       - Namespace of the device plugin, GFD and DCGM exporter pods and of the device plugin
@@ -170,6 +156,7 @@ options:
     choices: [fail, warn, skip]
     default: [fail]
 extends_documentation_fragment:
+  - kubegpu.gpu.cluster_api
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
 attributes:
@@ -244,6 +231,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_api import (
+    API_ARGUMENT_SPEC,
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     ClusterApi,
@@ -416,9 +404,7 @@ def _delete_pod(api, namespace, pod_name):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            kubeconfig=dict(type="path", required=True, no_log=True),
-            context=dict(type="str"),
-            timeout=dict(type="int", default=10),
+            **API_ARGUMENT_SPEC,
             namespace=dict(type="str", default="kube-system"),
             nodes=dict(type="list", elements="str"),
             node_selector=dict(type="str", default="nvidia.com/gpu.present=true"),

@@ -33,20 +33,6 @@ description:
     C(app.kubernetes.io/managed-by=kubegpu) and C(app.kubernetes.io/part-of=kubegpu), and the
     node patches that remove the labels and taints kubegpu recorded on nodes.
 options:
-  kubeconfig:
-    description:
-      - Path of the kubeconfig file. Never logged.
-    type: path
-    required: true
-  context:
-    description:
-      - The kubeconfig context to use; its current context when unset.
-    type: str
-  timeout:
-    description:
-      - Seconds to wait for each API request.
-    type: int
-    default: 10
   config:
     description:
       - "The role's variables without their C(gpu_cluster_) prefix (for example
@@ -61,6 +47,7 @@ options:
     choices: [present, absent]
     default: present
 extends_documentation_fragment:
+  - kubegpu.gpu.cluster_api
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -170,6 +157,7 @@ errors:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_api import (
+    API_ARGUMENT_SPEC,
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     ClusterApi,
@@ -370,9 +358,7 @@ def plan_absent(api, service_monitor_api):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            kubeconfig=dict(type="path", required=True, no_log=True),
-            context=dict(type="str"),
-            timeout=dict(type="int", default=10),
+            **API_ARGUMENT_SPEC,
             config=dict(type="dict", default={}),
             state=dict(type="str", default="present", choices=["present", "absent"]),
         ),

@@ -36,17 +36,6 @@ options:
     description: The Kubernetes node name.
     type: str
     required: true
-  kubeconfig:
-    description: Path of the kubeconfig file. Never logged.
-    type: path
-    required: true
-  context:
-    description: The kubeconfig context; its current context when unset.
-    type: str
-  timeout:
-    description: Seconds to wait for each API request.
-    type: int
-    default: 10
   state:
     description: What to do with the node.
     type: str
@@ -101,6 +90,8 @@ options:
     type: list
     elements: str
     default: [nvidia.com/]
+extends_documentation_fragment:
+  - kubegpu.gpu.cluster_api
 attributes:
   check_mode:
     support: full
@@ -196,6 +187,7 @@ kept:
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_api import (
+    API_ARGUMENT_SPEC,
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     ClusterApi,
@@ -299,9 +291,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             name=dict(type="str", required=True),
-            kubeconfig=dict(type="path", required=True, no_log=True),
-            context=dict(type="str"),
-            timeout=dict(type="int", default=10),
+            **API_ARGUMENT_SPEC,
             state=dict(
                 type="str",
                 default="inspect",

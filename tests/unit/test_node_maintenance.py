@@ -308,6 +308,13 @@ def test_module_documentation_parses_and_names_every_state() -> None:
         "uncordon",
         "record",
     ]
-    assert "Never logged" in doc["options"]["kubeconfig"]["description"]
+    # kubeconfig, context and timeout come from the doc fragment the API modules share.
+    from ansible_collections.kubegpu.gpu.plugins.doc_fragments.cluster_api import (
+        ModuleDocFragment,
+    )
+
+    assert "kubegpu.gpu.cluster_api" in doc["extends_documentation_fragment"]
+    shared = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]
+    assert "Never logged" in shared["kubeconfig"]["description"][0]
     assert set(yaml.safe_load(mod.RETURN)) >= {"plan", "record", "evicted", "kept", "skipped"}
     assert all("kubegpu.gpu.gpu_node_maintenance" in task for task in yaml.safe_load(mod.EXAMPLES))
