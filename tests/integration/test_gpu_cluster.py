@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +21,8 @@ import pytest
 import yaml
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_manifests as cm
 from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_api import object_path, send
+
+from tests.integration import ansible_json
 
 try:
     from tests.apiserver.fixture import kube_apiserver  # noqa: F401 - the session fixture
@@ -39,12 +37,6 @@ NODE = "gpu-node-1"
 QUOTA_NS = "ml-team"
 GFD_LABELS = "k8s-node/nvidia-docs-gfd-labels-a100-sxm4-mig-single-450.json"
 NODE_STATUS = "k8s-node/podman-desktop-7778-node-status-fragment-nvidia-gpu-1.yaml"
-# The ansible-playbook of the Python running the tests (a virtual environment's bin/).
-ANSIBLE_PLAYBOOK = (
-    str(Path(sys.executable).with_name("ansible-playbook"))
-    if Path(sys.executable).with_name("ansible-playbook").exists()
-    else shutil.which("ansible-playbook")
-)
 
 # What the deployment under test asks for: time-slicing x4 by default, one named config, a
 # quota, and a label and a taint for a node that has joined.
@@ -84,34 +76,17 @@ def run_playbook(
     """Run a playbook with the JSON callback; returns rc, stats, failure messages, custom stats."""
     extra_vars = dict(extra or {})
     extra_vars.setdefault("kubegpu_kubeconfig", kubeconfig)
-    vars_file = tmp_path / f"vars-{time.monotonic_ns()}.json"
-    vars_file.write_text(json.dumps(extra_vars))
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_SHOW_CUSTOM_STATS="true",
-        ANSIBLE_NOCOLOR="1",
-    )
-    argv = [
-        str(ANSIBLE_PLAYBOOK),
+    proc = ansible_json.playbook(
+        PLAYBOOKS.relative_to(REPO) / playbook,
         "-i",
         "localhost,",
-        str(PLAYBOOKS / playbook),
-        "-e",
-        f"@{vars_file}",
-    ]
-    if check:
-        argv.append("--check")
-    proc = subprocess.run(
-        argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False
+        *(["--check"] if check else []),
+        extra_vars=extra_vars,
+        vars_dir=tmp_path,
+        json_report=True,
+        env={"ANSIBLE_SHOW_CUSTOM_STATS": "true"},
     )
-    try:
-        out = json.loads(proc.stdout[proc.stdout.index("{") :])
-    except ValueError:
-        pytest.fail(
-            f"no JSON from ansible-playbook (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-        )
+    out = ansible_json.report(proc)
     failures = []
     for play in out["plays"]:
         for task in play["tasks"]:

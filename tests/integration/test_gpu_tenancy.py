@@ -16,10 +16,7 @@ Simulated, because the test server runs no controllers and no kubelets:
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
-import subprocess
 import sys
 import threading
 import time
@@ -33,6 +30,7 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy as t
 from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_manifests import parse_quantity
 
 from kubegpu import smoke
+from tests.integration import ansible_json
 
 try:
     from tests.apiserver.fixture import KubeAPIServer, kube_apiserver  # noqa: F401 - fixture
@@ -74,7 +72,6 @@ SHARED = {
     "members": [{"kind": "Group", "name": "shared"}],
     "adopt_namespace": True,
 }
-_runs = itertools.count()
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -91,36 +88,15 @@ def run_tenancy(server: Any, tmp_path: Path, *options: str, **variables: Any) ->
         "ansible_python_interpreter": sys.executable,
         **{f"gpu_tenancy_{k}": v for k, v in variables.items()},
     }
-    vars_file = tmp_path / f"tenancy-vars-{next(_runs)}.json"
-    vars_file.write_text(json.dumps(extra))
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_LOCALHOST_WARNING="False",
+    proc = ansible_json.playbook(
+        PLAYBOOK.relative_to(REPO),
+        *options,
+        extra_vars=extra,
+        vars_dir=tmp_path,
+        json_report=True,
+        env={"ANSIBLE_LOCALHOST_WARNING": "False"},
     )
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            str(PLAYBOOK),
-            "-e",
-            f"@{vars_file}",
-            *options,
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    try:
-        report = json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail(
-            f"ansible-playbook printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-        )
+    report = ansible_json.report(proc)
     failures, changed = [], []
     for play in report["plays"]:
         for task in play["tasks"]:

@@ -10,13 +10,13 @@ and validated on these nodes within a test's time.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.integration import ansible_json
 
 try:
     from tests.apiserver.fixture import kube_apiserver  # noqa: F401 - the session fixture
@@ -54,28 +54,18 @@ def _ssh(testbed: Any, node: str, script: str) -> subprocess.CompletedProcess[st
 
 
 def _reset(
-    testbed: Any, ansible_bin: Path, tmp: Path, extra: dict[str, Any], *args: str
+    testbed: Any, tmp: Path, extra: dict[str, Any], *args: str
 ) -> subprocess.CompletedProcess[str]:
-    extra_file = tmp / "extra.json"
-    extra_file.write_text(json.dumps(extra))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run(
-        [
-            str(ansible_bin / "ansible-playbook"),
-            "-i",
-            str(testbed.inventory),
-            "-i",
-            str(REPO / "inventories" / "testbed"),
-            str(REPO / "playbooks" / "reset.yml"),
-            "-e",
-            f"@{extra_file}",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        check=False,
+    return ansible_json.playbook(
+        "playbooks/reset.yml",
+        "-i",
+        str(testbed.inventory),
+        "-i",
+        str(REPO / "inventories" / "testbed"),
+        *args,
+        extra_vars=extra,
+        vars_dir=tmp,
+        timeout=1800,
     )
 
 
@@ -89,7 +79,7 @@ def _runtime_class(name: str, labels: dict[str, str]) -> dict[str, Any]:
 
 
 def test_reset_refuses_without_confirmation_and_removes_only_what_kubegpu_made(
-    testbed: Any, ansible_bin: Path, kube_apiserver: Any, tmp_path: Path
+    testbed: Any, kube_apiserver: Any, tmp_path: Path
 ) -> None:
     from kubernetes import client
 
@@ -113,7 +103,7 @@ def test_reset_refuses_without_confirmation_and_removes_only_what_kubegpu_made(
     tags = ["--tags", "cluster,runtime", "--limit", f"{node},localhost"]
 
     # Without confirmation: a clear failure, and nothing changed anywhere.
-    refused = _reset(testbed, ansible_bin, tmp_path, {"kubegpu_kubeconfig": kubeconfig}, *tags)
+    refused = _reset(testbed, tmp_path, {"kubegpu_kubeconfig": kubeconfig}, *tags)
     assert refused.returncode != 0
     assert "set kubegpu_reset_confirm=true to confirm" in refused.stdout + refused.stderr
     assert {rc.metadata.name for rc in nodeapi.list_runtime_class().items} >= {"nvidia", "kata"}
@@ -121,7 +111,7 @@ def test_reset_refuses_without_confirmation_and_removes_only_what_kubegpu_made(
     assert untouched.stdout == MAIN_AFTER + FOREIGN + DROP_IN
 
     confirmed = {"kubegpu_kubeconfig": kubeconfig, "kubegpu_reset_confirm": True}
-    done = _reset(testbed, ansible_bin, tmp_path, confirmed, *tags)
+    done = _reset(testbed, tmp_path, confirmed, *tags)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
     assert kubeconfig not in output
@@ -140,7 +130,7 @@ def test_reset_refuses_without_confirmation_and_removes_only_what_kubegpu_made(
     assert rest.split() == ["50-other.toml", "2"]
 
     # Again: nothing left to remove.
-    again = _reset(testbed, ansible_bin, tmp_path, confirmed, *tags)
+    again = _reset(testbed, tmp_path, confirmed, *tags)
     assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
     assert f"{node}" in again.stdout
     recap = [line for line in again.stdout.splitlines() if line.startswith(node + " ")]

@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from tests.integration import ansible_json
+
 try:
     from tests.apiserver.fixture import kube_apiserver  # noqa: F401 - the session fixture
 except ImportError:  # pragma: no cover - the server is built by another part
@@ -121,32 +123,22 @@ def _pod(name: str, node: str, gpu: bool, daemonset: bool = False) -> dict[str, 
 
 
 def _run_playbook(
-    testbed: Any, ansible_bin: Path, kubeconfig: Path, tmp: Path, extra: dict[str, Any], *args: str
+    testbed: Any, kubeconfig: Path, tmp: Path, extra: dict[str, Any], *args: str
 ) -> subprocess.CompletedProcess[str]:
-    extra_file = tmp / "extra.json"
-    extra_file.write_text(json.dumps({"kubegpu_kubeconfig": str(kubeconfig), **extra}))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run(
-        [
-            str(ansible_bin / "ansible-playbook"),
-            "-i",
-            str(testbed.inventory),
-            "-i",
-            str(REPO / "inventories" / "testbed"),
-            "-i",
-            str(tmp / "hosts.yml"),
-            str(REPO / "playbooks" / "upgrade_driver.yml"),
-            "--skip-tags",
-            "driver,toolkit",
-            "-e",
-            f"@{extra_file}",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        check=False,
+    return ansible_json.playbook(
+        "playbooks/upgrade_driver.yml",
+        "-i",
+        str(testbed.inventory),
+        "-i",
+        str(REPO / "inventories" / "testbed"),
+        "-i",
+        str(tmp / "hosts.yml"),
+        "--skip-tags",
+        "driver,toolkit",
+        *args,
+        extra_vars={"kubegpu_kubeconfig": str(kubeconfig), **extra},
+        vars_dir=tmp,
+        timeout=3600,
     )
 
 
@@ -161,7 +153,7 @@ SETTINGS = {
 
 
 def test_rolling_upgrade_cordons_one_at_a_time_skips_foreign_cordons_and_keeps_failures(
-    testbed: Any, ansible_bin: Path, kube_apiserver: Any, tmp_path: Path
+    testbed: Any, kube_apiserver: Any, tmp_path: Path
 ) -> None:
     from kubernetes import client
 
@@ -197,9 +189,7 @@ def test_rolling_upgrade_cordons_one_at_a_time_skips_foreign_cordons_and_keeps_f
     time.sleep(1)
     try:
         with KubeletPlayer(kube_apiserver) as kubelet:
-            proc = _run_playbook(
-                testbed, ansible_bin, kube_apiserver.kubeconfig, tmp_path, SETTINGS
-            )
+            proc = _run_playbook(testbed, kube_apiserver.kubeconfig, tmp_path, SETTINGS)
         time.sleep(3)
     finally:
         watcher.finish()
@@ -238,7 +228,6 @@ def test_rolling_upgrade_cordons_one_at_a_time_skips_foreign_cordons_and_keeps_f
     try:
         again = _run_playbook(
             testbed,
-            ansible_bin,
             kube_apiserver.kubeconfig,
             tmp_path,
             SETTINGS,
@@ -353,7 +342,7 @@ def test_module_check_mode_and_a_drain_blocked_by_a_budget(
 
 
 def test_serial_two_upgrades_two_nodes_at_a_time(
-    testbed: Any, ansible_bin: Path, kube_apiserver: Any, tmp_path: Path
+    testbed: Any, kube_apiserver: Any, tmp_path: Path
 ) -> None:
     from kubernetes import client
 
@@ -377,7 +366,6 @@ def test_serial_two_upgrades_two_nodes_at_a_time(
     try:
         proc = _run_playbook(
             testbed,
-            ansible_bin,
             kube_apiserver.kubeconfig,
             tmp_path,
             {**SETTINGS, "kubegpu_upgrade_serial": 2},
