@@ -23,7 +23,11 @@ from typing import Any
 import pytest
 import yaml
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_manifests as cm
+from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_settings as cs
+from ansible_collections.kubegpu.gpu.plugins.module_utils import gpu_monitoring as mon
 from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy as t
+from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy_settings as ts
+from ansible_collections.kubegpu.gpu.plugins.module_utils import training as tr
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("KUBEGPU_UPDATE_GOLDEN") == "1"
@@ -137,7 +141,7 @@ CLUSTER_CASES: dict[str, tuple[dict[str, Any], dict[str, bool]]] = {
 
 def render_cluster(case: str) -> str:
     config, caps = CLUSTER_CASES[case]
-    normalized, errors = cm.validate_config(config)
+    normalized, errors = cs.validate_config(config)
     assert errors == []
     return dump(cm.render_manifests(normalized, caps))
 
@@ -205,7 +209,7 @@ TENANCY_CASES: dict[str, dict[str, Any]] = {
 
 
 def tenancy_settings(case: str) -> dict[str, Any]:
-    settings, errors = t.validate_settings(TENANCY_CASES[case])
+    settings, errors = ts.validate_settings(TENANCY_CASES[case])
     assert errors == []
     return settings
 
@@ -219,18 +223,20 @@ def render_tenants(case: str) -> str:
 def render_workloads(case: str) -> str:
     settings = tenancy_settings(case)
     namespace = settings["tenants"][0]["name"]
-    return dump([m for ms in t.render_workloads(settings, namespace).values() for m in ms])
+    return dump([m for ms in tr.render_workloads(settings, namespace).values() for m in ms])
 
 
 def render_smoke(case: str) -> str:
     settings = tenancy_settings(case)
     tenant = settings["tenants"][0]
-    return dump(t.render_smoke(settings, tenant["name"], "golden", products=tenant["gpu_products"]))
+    return dump(
+        tr.render_smoke(settings, tenant["name"], "golden", products=tenant["gpu_products"])
+    )
 
 
 def render_monitoring(case: str) -> str:
     """The dashboard's ConfigMap (the dashboard JSON Grafana reads) and the PrometheusRule."""
-    return dump(t.render_monitoring(tenancy_settings(case), True))
+    return dump(mon.render_monitoring(tenancy_settings(case), True))
 
 
 # (group, extension, render function, cases)
@@ -293,6 +299,6 @@ def test_every_golden_file_belongs_to_a_case() -> None:
 def test_golden_yaml_reads_back_as_the_rendered_objects() -> None:
     """The files hold the objects themselves, not only a text that looks like them."""
     config, caps = CLUSTER_CASES["mig-mixed"]
-    normalized, _ = cm.validate_config(config)
+    normalized, _ = cs.validate_config(config)
     text = (GOLDEN / "cluster" / "mig-mixed.yaml").read_text(encoding="utf-8")
     assert list(yaml.safe_load_all(text)) == cm.render_manifests(normalized, caps)
