@@ -15,13 +15,14 @@ The settings come from tenancy_settings.validate_settings. ResourceQuota on cpu 
 every container state them, hence the LimitRange defaults. A LimitRange `max` without a default
 makes every container ask for that resource, hence GPU defaults of 0.
 
-Runs on the controller's Python (3.8+ syntax), standard library only.
+Runs on the controller's Python (3.8+ syntax), from the collection on disk.
 """
 
 from __future__ import absolute_import, division, print_function
 
 import copy
 
+from ansible_collections.kubegpu.gpu.plugins.module_utils.data_files import read_yaml
 from ansible_collections.kubegpu.gpu.plugins.module_utils.k8s_values import parse_quantity
 from ansible_collections.kubegpu.gpu.plugins.module_utils.tenancy_settings import (
     MANAGED_BY,
@@ -125,52 +126,8 @@ def limit_range_limits(tenant):
     ]
 
 
-ROLE_RULES = [
-    # Run training: Jobs and bare Pods, and see why they fail.
-    {
-        "apiGroups": ["batch"],
-        "resources": ["jobs"],
-        "verbs": [
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch",
-        ],
-    },
-    {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]},
-    {
-        "apiGroups": [""],
-        "resources": ["pods"],
-        "verbs": [
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch",
-        ],
-    },
-    {"apiGroups": [""], "resources": ["pods/log", "pods/status"], "verbs": ["get"]},
-    # Scripts and configuration for the Jobs; the headless Service multi-node Jobs need.
-    {
-        "apiGroups": [""],
-        "resources": ["configmaps", "services"],
-        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
-    },
-    # See the tenant's limits and what happened.
-    {
-        "apiGroups": [""],
-        "resources": ["events", "limitranges", "resourcequotas"],
-        "verbs": ["get", "list", "watch"],
-    },
-    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list", "watch"]},
-]
+# What tenants' members may do in their namespace (data/tenant-role-rules.yaml).
+ROLE_RULES = read_yaml("tenant-role-rules.yaml")
 
 
 def role_manifest(tenant):

@@ -12,7 +12,7 @@ with PASS_MARKER or FAIL_MARKER. GFD labels the node with nvidia.com/gpu.product
 nvidia.com/gpu.memory (total MiB); with the mixed MIG strategy the labels of a MIG resource are
 keyed by its resource name (nvidia.com/mig-1g.10gb.product).
 
-Runs on the controller's Python (3.8+ syntax), standard library only.
+Runs on the controller's Python (3.8+ syntax), from the collection on disk.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,6 +20,7 @@ from __future__ import absolute_import, division, print_function
 import copy
 import json
 
+from ansible_collections.kubegpu.gpu.plugins.module_utils.data_files import read_text
 from ansible_collections.kubegpu.gpu.plugins.module_utils.tenancy_settings import (
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
@@ -41,122 +42,9 @@ SCRIPT_KEY = "train.py"
 SCRIPT_MOUNT = "/workload"
 
 
-PYTORCH_SCRIPT = '''\
-"""kubegpu training check: a few optimiser steps of a small MLP on fixed random data.
-
-Runs on one GPU, or under torchrun on several GPUs and nodes (DistributedDataParallel over NCCL).
-Prints one line per rank that starts with KUBEGPU-TRAIN PASS or KUBEGPU-TRAIN FAIL, and exits
-non-zero on failure. The loss on a fixed batch must fall: that proves the forward pass, the
-backward pass and (with several ranks) the gradient all-reduce ran on the GPUs.
-"""
-
-import os
-import sys
-import time
-
-import torch
-import torch.distributed as dist
-from torch import nn
-
-steps = int(os.environ.get("KUBEGPU_STEPS", "50"))
-world = int(os.environ.get("WORLD_SIZE", "1"))
-rank = int(os.environ.get("RANK", "0"))
-local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-
-
-def report(ok, text):
-    verdict = "PASS" if ok else "FAIL"
-    print("KUBEGPU-TRAIN %s rank=%d/%d %s" % (verdict, rank, world, text), flush=True)
-    return 0 if ok else 1
-
-
-if not torch.cuda.is_available():
-    sys.exit(report(False, "no CUDA device visible (torch %s, CUDA_VISIBLE_DEVICES=%r)" % (
-        torch.__version__, os.environ.get("CUDA_VISIBLE_DEVICES"))))
-torch.cuda.set_device(local_rank)
-device = torch.device("cuda", local_rank)
-if world > 1:
-    dist.init_process_group("nccl")
-torch.manual_seed(1234)
-model = nn.Sequential(nn.Linear(1024, 2048), nn.ReLU(), nn.Linear(2048, 10)).to(device)
-if world > 1:
-    model = nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
-optimiser = torch.optim.SGD(model.parameters(), lr=0.05)
-generator = torch.Generator(device=device).manual_seed(4321 + rank)
-inputs = torch.randn(512, 1024, device=device, generator=generator)
-targets = torch.randint(0, 10, (512,), device=device, generator=generator)
-loss_fn = nn.CrossEntropyLoss()
-started = time.monotonic()
-first = last = None
-for _ in range(steps):
-    optimiser.zero_grad(set_to_none=True)
-    loss = loss_fn(model(inputs), targets)
-    loss.backward()
-    optimiser.step()
-    value = loss.item()
-    first = value if first is None else first
-    last = value
-torch.cuda.synchronize()
-elapsed = time.monotonic() - started
-name = torch.cuda.get_device_name(device)
-if world > 1:
-    dist.destroy_process_group()
-sys.exit(report(last < first, "gpu=%r steps=%d loss %.4f -> %.4f in %.2fs torch=%s" % (
-    name, steps, first, last, elapsed, torch.__version__)))
-'''
-
-TENSORFLOW_SCRIPT = '''\
-"""kubegpu training check: MultiWorkerMirroredStrategy on fixed random data.
-
-Each worker reads its place in the cluster from TF_CONFIG. Prints one line that starts with
-KUBEGPU-TRAIN PASS or KUBEGPU-TRAIN FAIL and exits non-zero on failure.
-"""
-
-import json
-import os
-import sys
-
-import tensorflow as tf
-
-steps = int(os.environ.get("KUBEGPU_STEPS", "50"))
-config = json.loads(os.environ.get("TF_CONFIG", "{}"))
-task = config.get("task", {})
-workers = len(config.get("cluster", {}).get("worker", [])) or 1
-
-
-def report(ok, text):
-    verdict = "PASS" if ok else "FAIL"
-    print("KUBEGPU-TRAIN %s worker=%s/%d %s" % (verdict, task.get("index", 0), workers, text),
-          flush=True)
-    return 0 if ok else 1
-
-
-# The strategy comes first: it must exist before TensorFlow's runtime starts.
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-gpus = tf.config.list_physical_devices("GPU")
-if not gpus:
-    sys.exit(report(False, "no GPU visible to TensorFlow %s" % tf.__version__))
-with strategy.scope():
-    model = tf.keras.Sequential([
-        tf.keras.Input(shape=(256,)),
-        tf.keras.layers.Dense(512, activation="relu"),
-        tf.keras.layers.Dense(10),
-    ])
-    model.compile(
-        optimizer=tf.keras.optimizers.SGD(0.05),
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
-features = tf.random.stateless_normal((4096, 256), seed=(1, 2))
-labels = tf.random.stateless_uniform((4096,), seed=(3, 4), maxval=10, dtype=tf.int32)
-options = tf.data.Options()
-options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-dataset = (tf.data.Dataset.from_tensor_slices((features, labels)).repeat()
-           .batch(64 * strategy.num_replicas_in_sync).with_options(options))
-history = model.fit(dataset, epochs=max(2, steps // 10), steps_per_epoch=10, verbose=2)
-losses = history.history["loss"]
-sys.exit(report(losses[-1] < losses[0], "gpus=%d replicas=%d loss %.4f -> %.4f tf=%s" % (
-    len(gpus), strategy.num_replicas_in_sync, losses[0], losses[-1], tf.__version__)))
-'''
+# The training scripts the Jobs run (data/: Python files, shipped to the pods as they are).
+PYTORCH_SCRIPT = read_text("train_pytorch.py")
+TENSORFLOW_SCRIPT = read_text("train_tensorflow.py")
 
 
 def image_ref(settings, image):
