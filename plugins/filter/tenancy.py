@@ -3,7 +3,8 @@
 # Apache License 2.0 (see LICENSE)
 """Filters that expose GPU tenancy rendering to the gpu_tenancy role.
 
-The logic lives in plugins/module_utils/tenancy.py (pure functions, tested without a cluster);
+The logic lives in plugins/module_utils/ (tenancy_settings.py, tenancy.py, gpu_monitoring.py:
+pure functions, tested without a cluster);
 these filters only pass data in and out. They run on the controller and touch nothing.
 """
 
@@ -29,7 +30,11 @@ options:
 import copy
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy
+from ansible_collections.kubegpu.gpu.plugins.module_utils import (
+    gpu_monitoring,
+    tenancy,
+    tenancy_settings,
+)
 
 
 def _plain(value):
@@ -46,7 +51,7 @@ def _plain(value):
 def tenancy_validate(config):
     if not isinstance(config, dict):
         raise AnsibleFilterError("tenancy_validate expects the gpu_tenancy_* settings as a mapping")
-    settings, errors = tenancy.validate_settings(_plain(config))
+    settings, errors = tenancy_settings.validate_settings(_plain(config))
     return {"settings": settings, "errors": errors}
 
 
@@ -62,7 +67,7 @@ def tenancy_monitoring(settings, prometheus_rules_api=False):
         raise AnsibleFilterError(
             "tenancy_monitoring expects the settings that tenancy_validate returns"
         )
-    return tenancy.render_monitoring(_plain(settings), bool(prometheus_rules_api))
+    return gpu_monitoring.render_monitoring(_plain(settings), bool(prometheus_rules_api))
 
 
 class FilterModule(object):

@@ -23,12 +23,12 @@ from __future__ import absolute_import, division, print_function
 
 import json
 
-from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_manifests import (
+from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_manifests import OWNED_LABELS
+from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_settings import (
     GPU_RESOURCE,
-    OWNED_LABELS,
     SHARED_SUFFIX,
-    parse_quantity,
 )
+from ansible_collections.kubegpu.gpu.plugins.module_utils.k8s_values import parse_quantity
 from ansible_collections.kubegpu.gpu.plugins.module_utils.node_readiness import (
     make_check,
     summarize,

@@ -167,12 +167,14 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_api import (
 from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_manifests import (
     OWNED_SELECTOR,
     is_owned,
-    node_patch,
-    node_reset_patch,
     object_ref,
     render_manifests,
-    validate_config,
 )
+from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_nodes import (
+    node_patch,
+    node_reset_patch,
+)
+from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_settings import validate_config
 
 # Deletion order: dependents first, the namespace last.
 DELETE_ORDER = (

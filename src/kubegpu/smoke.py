@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from kubegpu.errors import InputError
-from kubegpu.workloads import PREFIX, plain, settings, tenancy_module
+from kubegpu.workloads import PREFIX, content_module, plain, settings
 
 WORKLOADS = ("pytorch",)
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -279,15 +279,15 @@ def run_smoke(
     tenancy = settings(resolved.variables)
     ns, tenant_products = choose_namespace(tenancy, tenant, namespace)
     wanted = list(tenant_products if products is None else products)
-    mod = tenancy_module()
+    checks = content_module("tenancy_settings")
     for index, product in enumerate(wanted):
-        error = mod.gpu_product_error(
-            product, tuple(mod.KNOWN_GPU_PRODUCTS) + tuple(tenancy["extra_gpu_products"])
+        error = checks.gpu_product_error(
+            product, tuple(checks.KNOWN_GPU_PRODUCTS) + tuple(tenancy["extra_gpu_products"])
         )
         if error:
             raise InputError(f"--product[{index}]", str(error))
     run_id = run_id or secrets.token_hex(3)
-    manifests: list[dict[str, Any]] = mod.render_smoke(
+    manifests: list[dict[str, Any]] = content_module("training").render_smoke(
         tenancy, ns, run_id, image=image, products=wanted, gpus=gpus, timeout_s=timeout_s + 60
     )
     job_name = manifests[1]["metadata"]["name"]
@@ -350,7 +350,7 @@ def _wait(
     log_lines: int,
     progress: ProgressCallback,
 ) -> tuple[str, str, tuple[str, ...]]:
-    marker = str(tenancy_module().PASS_MARKER)
+    marker = str(content_module("training").PASS_MARKER)
     last_state = ""
     pod: dict[str, Any] | None = None
     while True:

@@ -1,7 +1,8 @@
 """Training workloads, example manifests and GPU dashboards, rendered from the gpu_tenancy variables.
 
-The rendering itself is the pure module plugins/module_utils/tenancy.py, which the gpu_tenancy
-role uses too; this module loads it from kubegpu's content (the checkout or the installed copy),
+The rendering itself is the pure modules of plugins/module_utils/ (tenancy_settings.py,
+tenancy.py, training.py, gpu_monitoring.py), which the gpu_tenancy role uses too; this module
+loads them from kubegpu's content (the checkout or the installed copy),
 fills in the role's defaults and renders files. `python -m kubegpu.workloads` re-renders
 examples/ and dashboards/ from roles/gpu_tenancy/defaults/main.yml and examples/values.yml;
 `--check` only reports files that are out of date.
@@ -25,23 +26,23 @@ from kubegpu.errors import InputError
 
 PREFIX = "gpu_tenancy_"
 ROLE = "gpu_tenancy"
-TENANCY_MODULE = "ansible_collections.kubegpu.gpu.plugins.module_utils.tenancy"
+MODULE_UTILS = "ansible_collections.kubegpu.gpu.plugins.module_utils."
 VALUES_FILE = Path("examples") / "values.yml"
 HEADER = (
     "# Rendered by `python -m kubegpu.workloads` from roles/gpu_tenancy/defaults/main.yml and\n"
-    "# examples/values.yml (plugins/module_utils/tenancy.py). Do not edit: change those and\n"
-    "# render again.\n"
+    "# examples/values.yml (plugins/module_utils/). Do not edit: change those and render\n"
+    "# again.\n"
 )
 
 Manifest = dict[str, Any]
 
 
-def tenancy_module() -> ModuleType:
-    """plugins/module_utils/tenancy.py of kubegpu's content, imported through its collection."""
+def content_module(name: str) -> ModuleType:
+    """plugins/module_utils/<name>.py of kubegpu's content, imported through its collection."""
     collections = str(find_content().collections_path)
     if collections not in sys.path:
         sys.path.append(collections)
-    return importlib.import_module(TENANCY_MODULE)
+    return importlib.import_module(MODULE_UTILS + name)
 
 
 def role_defaults() -> dict[str, Any]:
@@ -67,7 +68,7 @@ def settings(variables: Mapping[str, Any] | None = None) -> dict[str, Any]:
     for key, value in (variables or {}).items():
         if key.startswith(PREFIX):
             merged[key[len(PREFIX) :]] = plain(value)
-    checked, errors = tenancy_module().validate_settings(merged)
+    checked, errors = content_module("tenancy_settings").validate_settings(merged)
     if errors:
         raise InputError(
             "gpu_tenancy", f"{len(errors)} problem(s):\n  " + "\n  ".join(str(e) for e in errors)
@@ -104,26 +105,27 @@ def render_examples(variables: Mapping[str, Any] | None = None) -> dict[str, str
     namespace, asking for its GPU products where it names them) to examples/workloads/, the
     Grafana dashboard, its ConfigMap and the PrometheusRule to dashboards/.
     """
-    mod = tenancy_module()
+    tenancy, training = content_module("tenancy"), content_module("training")
+    monitoring = content_module("gpu_monitoring")
     s = settings(variables)
     tenants: list[dict[str, Any]] = list(s["tenants"])
     namespace = tenants[0]["name"] if tenants else "default"
     files: dict[str, str] = {}
     for tenant in tenants:
         files[f"examples/tenants/{tenant['name']}.yaml"] = dump_manifests(
-            mod.render_tenant(s, tenant)
+            tenancy.render_tenant(s, tenant)
         )
-    for name, manifests in mod.render_workloads(s, namespace).items():
+    for name, manifests in training.render_workloads(s, namespace).items():
         files[f"examples/workloads/{name}.yaml"] = dump_manifests(manifests)
     products = tenants[0]["gpu_products"] if tenants else []
     files["examples/workloads/pytorch-smoke.yaml"] = dump_manifests(
-        mod.render_smoke(s, namespace, "example", products=products)
+        training.render_smoke(s, namespace, "example", products=products)
     )
-    files[f"dashboards/{mod.DASHBOARD_FILE}"] = mod.dashboard_json(s)
+    files[f"dashboards/{monitoring.DASHBOARD_FILE}"] = monitoring.dashboard_json(s)
     files["dashboards/kubegpu-gpu-dashboard-configmap.yaml"] = dump_manifests(
-        [mod.render_dashboard_configmap(s)]
+        [monitoring.render_dashboard_configmap(s)]
     )
-    files["dashboards/kubegpu-gpu-alerts.yaml"] = dump_manifests([mod.render_alert_rules(s)])
+    files["dashboards/kubegpu-gpu-alerts.yaml"] = dump_manifests([monitoring.render_alert_rules(s)])
     return files
 
 

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import yaml
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_manifests as cm
+from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_nodes as cn
+from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_settings as cs
 from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_api import object_path, send
 
 from tests.integration import ansible_json
@@ -176,7 +178,7 @@ def path_of(manifest: dict[str, Any]) -> str:
 
 
 def expected_manifests() -> list[dict[str, Any]]:
-    config, errors = cm.validate_config(
+    config, errors = cs.validate_config(
         {k.removeprefix("gpu_cluster_"): v for k, v in SETTINGS.items()}
     )
     assert errors == []
@@ -263,7 +265,7 @@ def test_node_labels_and_taints_are_merged_not_replaced(
         FOREIGN_TAINT,
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
     ]
-    recorded = json.loads(node["metadata"]["annotations"][cm.APPLIED_LABELS_ANNOTATION])
+    recorded = json.loads(node["metadata"]["annotations"][cn.APPLIED_LABELS_ANNOTATION])
     assert recorded == ["example.com/pool", "node-role.kubernetes.io/gpu"]
 
 
@@ -650,6 +652,6 @@ def test_reset_deletes_exactly_what_kubegpu_created(
     assert "example.com/pool" not in node["metadata"]["labels"]
     assert node["metadata"]["labels"]["nvidia.com/gpu.present"] == "true"  # not ours: kept
     assert node["spec"]["taints"] == [FOREIGN_TAINT]
-    assert cm.APPLIED_LABELS_ANNOTATION not in (node["metadata"].get("annotations") or {})
+    assert cn.APPLIED_LABELS_ANNOTATION not in (node["metadata"].get("annotations") or {})
     again = run_playbook("gpu_cluster_reset.yml", str(kube_apiserver.kubeconfig), tmp_path)
     assert again["rc"] == 0 and again["stats"]["changed"] == 0

@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.kubegpu.gpu.plugins.module_utils import gpu_monitoring as mon
 from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy as t
-from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_manifests import parse_quantity
+from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy_settings as ts
+from ansible_collections.kubegpu.gpu.plugins.module_utils.k8s_values import parse_quantity
 
 from kubegpu import smoke
 from tests.integration import ansible_json
@@ -169,7 +171,7 @@ def missing(call: Any, *args: Any) -> bool:
 
 
 def expected(*tenants: dict[str, Any]) -> dict[str, Any]:
-    normalized, errors = t.validate_settings({"tenants": list(tenants)})
+    normalized, errors = ts.validate_settings({"tenants": list(tenants)})
     assert errors == []
     return normalized
 
@@ -544,10 +546,10 @@ def test_the_dashboard_configmap_is_applied_and_rules_wait_for_their_api(
     first = run_tenancy(server, tmp, tenants=[ALPHA], monitoring_enabled=True)
     assert first["rc"] == 0, first["failures"] or first["output"]
     # The test server serves no monitoring.coreos.com API: only the ConfigMap is applied.
-    assert first["changed"] == [f"ConfigMap monitoring/{t.DASHBOARD_CONFIGMAP}"]
-    configmap = raw(core.read_namespaced_config_map, t.DASHBOARD_CONFIGMAP, "monitoring")
+    assert first["changed"] == [f"ConfigMap monitoring/{mon.DASHBOARD_CONFIGMAP}"]
+    configmap = raw(core.read_namespaced_config_map, mon.DASHBOARD_CONFIGMAP, "monitoring")
     settings = expected(ALPHA)
-    want = t.render_dashboard_configmap(settings)
+    want = mon.render_dashboard_configmap(settings)
     assert configmap["metadata"]["labels"] == want["metadata"]["labels"]
     assert configmap["data"] == want["data"]  # Grafana's {{Hostname}} legends survive Ansible
     second = run_tenancy(server, tmp, tenants=[ALPHA], monitoring_enabled=True)

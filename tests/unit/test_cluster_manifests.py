@@ -1,4 +1,4 @@
-"""Rendering and validation of the gpu_cluster layer (plugins/module_utils/cluster_manifests.py).
+"""Rendering and validation of the gpu_cluster layer (plugins/module_utils/cluster_*.py).
 
 Every rendered manifest is validated, strictly, against the upstream OpenAPI schemas of every
 Kubernetes minor kubegpu supports, through kubernetes_validate's Python API (which raises on an
@@ -17,13 +17,16 @@ import kubernetes_validate
 import pytest
 import yaml
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_manifests as cm
+from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_nodes as cn
+from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_settings as cs
+from ansible_collections.kubegpu.gpu.plugins.module_utils import k8s_values as kv
 
 SUPPORTED_MINORS = [f"1.{minor}" for minor in range(29, 36)]
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gpu_cluster"
 
 
 def render(config: dict[str, Any], **caps: bool) -> list[dict[str, Any]]:
-    normalized, errors = cm.validate_config(config)
+    normalized, errors = cs.validate_config(config)
     assert errors == []
     return cm.render_manifests(normalized, caps)
 
@@ -101,7 +104,7 @@ CONFIGS = {
 
 def test_role_defaults_match_the_module_defaults() -> None:
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    assert {k.removeprefix("gpu_cluster_"): v for k, v in defaults.items()} == cm.DEFAULTS
+    assert {k.removeprefix("gpu_cluster_"): v for k, v in defaults.items()} == cs.DEFAULTS
 
 
 def test_argument_specs_cover_every_default_with_the_same_value() -> None:
@@ -141,7 +144,7 @@ def test_argument_specs_cover_every_default_with_the_same_value() -> None:
     ],
 )
 def test_parse_quantity_accepts_kubernetes_quantities(text: str, value: Fraction) -> None:
-    assert cm.parse_quantity(text) == value
+    assert kv.parse_quantity(text) == value
 
 
 @pytest.mark.parametrize(
@@ -150,13 +153,13 @@ def test_parse_quantity_accepts_kubernetes_quantities(text: str, value: Fraction
 )
 def test_parse_quantity_rejects_what_kubernetes_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="not a Kubernetes quantity"):
-        cm.parse_quantity(text)
+        kv.parse_quantity(text)
 
 
 @pytest.mark.parametrize("value", [8, 1.5, True, None])
 def test_parse_quantity_wants_strings(value: Any) -> None:
     with pytest.raises(ValueError, match="not a string"):
-        cm.parse_quantity(value)
+        kv.parse_quantity(value)
 
 
 def test_real_node_status_quantities_parse(fixtures_real: Path) -> None:
@@ -169,8 +172,8 @@ def test_real_node_status_quantities_parse(fixtures_real: Path) -> None:
     )
     for field in ("allocatable", "capacity"):
         for name, quantity in fragment["status"][field].items():
-            assert cm.parse_quantity(quantity) >= 0, name
-    assert cm.parse_quantity(fragment["status"]["allocatable"]["nvidia.com/gpu"]) == 1
+            assert kv.parse_quantity(quantity) >= 0, name
+    assert kv.parse_quantity(fragment["status"]["allocatable"]["nvidia.com/gpu"]) == 1
 
 
 # --- validation -----------------------------------------------------------------------------------
@@ -282,13 +285,13 @@ BAD_INPUTS = [
 def test_bad_input_gets_one_clear_message_naming_the_variable(
     config: dict[str, Any], message: str
 ) -> None:
-    _, errors = cm.validate_config(config)
+    _, errors = cs.validate_config(config)
     assert any(message in e for e in errors), errors
     assert all(e.startswith("gpu_cluster_") for e in errors), errors
 
 
 def test_every_problem_is_reported_at_once() -> None:
-    _, errors = cm.validate_config(
+    _, errors = cs.validate_config(
         {
             "mig_strategy": "x",
             "sharing": {"strategy": "time-slicing", "replicas": 0},
@@ -299,7 +302,7 @@ def test_every_problem_is_reported_at_once() -> None:
 
 
 def test_text_from_the_command_line_is_read_like_ansible_reads_it() -> None:
-    config, errors = cm.validate_config(
+    config, errors = cs.validate_config(
         {
             "api_timeout": "5",
             "prune": "false",
@@ -312,7 +315,7 @@ def test_text_from_the_command_line_is_read_like_ansible_reads_it() -> None:
 
 
 def test_defaults_are_valid_and_quantities_become_strings() -> None:
-    config, errors = cm.validate_config(
+    config, errors = cs.validate_config(
         {"quotas": [{"namespace": "ml", "gpus": 8, "max_per_container": 2}]}
     )
     assert errors == []
@@ -771,7 +774,7 @@ def test_node_patch_merges_taints_and_reset_removes_exactly_what_was_added(
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
         {"key": "example.com/dedicated", "effect": "NoExecute"},
     ]
-    ops = cm.node_patch(node, labels, taints)
+    ops = cn.node_patch(node, labels, taints)
     assert {"op": "test", "path": "/spec/taints", "value": node["spec"]["taints"]} in ops
     patched = apply_json_patch(node, ops)
     assert patched["metadata"]["labels"]["node-role.kubernetes.io/gpu"] == ""
@@ -782,24 +785,24 @@ def test_node_patch_merges_taints_and_reset_removes_exactly_what_was_added(
     ]
     # nvidia.com/gpu.family=ampere was there already (GFD's), so it is not recorded as ours.
     annotations = patched["metadata"]["annotations"]
-    assert json.loads(annotations[cm.APPLIED_LABELS_ANNOTATION]) == [
+    assert json.loads(annotations[cn.APPLIED_LABELS_ANNOTATION]) == [
         "example.com/pool",
         "node-role.kubernetes.io/gpu",
     ]
-    assert cm.node_patch(patched, labels, taints) == []  # a second run changes nothing
-    reset = apply_json_patch(patched, cm.node_reset_patch(patched))
+    assert cn.node_patch(patched, labels, taints) == []  # a second run changes nothing
+    reset = apply_json_patch(patched, cn.node_reset_patch(patched))
     assert reset["metadata"]["labels"] == node["metadata"]["labels"]
     assert reset["spec"]["taints"] == [
         {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
     ]
     assert "annotations" not in reset["metadata"] or not reset["metadata"]["annotations"]
-    assert cm.node_reset_patch(reset) == []
+    assert cn.node_reset_patch(reset) == []
 
 
 def test_node_patch_on_a_node_without_taints_or_annotations() -> None:
     node = {"metadata": {"name": "n", "labels": {"kubernetes.io/hostname": "n"}}, "spec": {}}
-    ops = cm.node_patch(node, {}, [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
+    ops = cn.node_patch(node, {}, [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
     patched = apply_json_patch(node, ops)
     assert patched["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
-    assert cm.node_patch(patched, {}, [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]) == []
-    assert cm.node_patch(node, {}, []) == []
+    assert cn.node_patch(patched, {}, [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]) == []
+    assert cn.node_patch(node, {}, []) == []

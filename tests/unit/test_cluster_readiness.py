@@ -17,6 +17,7 @@ import pytest
 import yaml
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_manifests as cm
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_readiness as cr
+from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_settings as cs
 
 STATUS = "k8s-node/podman-desktop-7778-node-status-fragment-nvidia-gpu-1.yaml"
 GFD_LABELS = "k8s-node/nvidia-docs-gfd-labels-a100-sxm4-mig-single-450.json"
@@ -103,7 +104,7 @@ def crashlooping_pod(name: str, node: str) -> dict[str, Any]:
 
 
 def configmap(config: dict[str, Any]) -> dict[str, Any]:
-    normalized, errors = cm.validate_config(config)
+    normalized, errors = cs.validate_config(config)
     assert errors == []
     return {"metadata": {"name": cm.CONFIGMAP_NAME}, "data": cm.configmap_data(normalized)}
 
@@ -307,7 +308,7 @@ def test_missing_gfd_labels_point_at_nfd(real_status: dict[str, Any]) -> None:
 def test_expected_resources(
     config: dict[str, Any], gpus: int, expected: dict[str, int] | None
 ) -> None:
-    normalized, errors = cm.validate_config(config)
+    normalized, errors = cs.validate_config(config)
     assert errors == []
     config_file = cr.parse_config_text(cm.configmap_data(normalized)["default"])
     got, why = cr.expected_resources(config_file, gpus)

@@ -17,7 +17,8 @@ from typing import Any
 import kubernetes_validate
 import promql_parser
 import pytest
-from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy as t
+from ansible_collections.kubegpu.gpu.plugins.module_utils import gpu_monitoring as mon
+from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy_settings as ts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,7 +41,7 @@ DCGM_LABELS = {"gpu", "UUID", "Hostname", "device", "modelName", "pci_bus_id"}
 
 
 def settings(**overrides: Any) -> dict[str, Any]:
-    normalized, errors = t.validate_settings(overrides)
+    normalized, errors = ts.validate_settings(overrides)
     assert errors == []
     return normalized
 
@@ -48,7 +49,7 @@ def settings(**overrides: Any) -> dict[str, Any]:
 def promql(expr: str) -> promql_parser.Expr:
     """Parse a panel expression: Grafana's $__ variables become sample durations first (selector
     values like "$Hostname" are strings to PromQL and stay as they are)."""
-    for name, value in t.TEMPLATE_SAMPLES.items():
+    for name, value in mon.TEMPLATE_SAMPLES.items():
         expr = expr.replace(name, value)
     assert "$__" not in expr, expr
     return promql_parser.parse(expr)
@@ -102,7 +103,7 @@ def label_names(expr: promql_parser.Expr) -> set[str]:
 
 @pytest.fixture(scope="module")
 def dashboard() -> dict[str, Any]:
-    return t.render_dashboard(settings())
+    return mon.render_dashboard(settings())
 
 
 def test_the_dashboard_has_what_grafana_needs(dashboard: dict[str, Any]) -> None:
@@ -182,7 +183,7 @@ def test_the_variable_queries_select_real_labels(dashboard: dict[str, Any]) -> N
 
 
 def test_the_tenant_panel_uses_the_configured_namespace_label() -> None:
-    board = t.render_dashboard(settings(monitoring_namespace_label="namespace"))
+    board = mon.render_dashboard(settings(monitoring_namespace_label="namespace"))
     (panel,) = [p for p in board["panels"] if "tenant" in p["title"]]
     assert "sum by (namespace)" in panel["targets"][0]["expr"]
     promql(panel["targets"][0]["expr"])
@@ -190,20 +191,20 @@ def test_the_tenant_panel_uses_the_configured_namespace_label() -> None:
 
 def test_the_configmap_carries_the_dashboard_for_grafanas_sidecar() -> None:
     s = settings(monitoring_dashboard_annotations={"grafana_folder": "GPUs"})
-    configmap = t.render_dashboard_configmap(s)
+    configmap = mon.render_dashboard_configmap(s)
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert configmap["metadata"]["namespace"] == "monitoring"
     assert configmap["metadata"]["annotations"] == {"grafana_folder": "GPUs"}
     (name,) = configmap["data"]
     assert name.endswith(".json")
-    assert json.loads(configmap["data"][name]) == t.render_dashboard(s)
+    assert json.loads(configmap["data"][name]) == mon.render_dashboard(s)
     for version in ("1.29", "1.35"):
         assert kubernetes_validate.validate(configmap, version, strict=True) == version
 
 
 @pytest.fixture(scope="module")
 def rules() -> dict[str, Any]:
-    return t.render_alert_rules(
+    return mon.render_alert_rules(
         settings(monitoring_rule_labels={"release": "kube-prometheus-stack"})
     )
 
@@ -298,5 +299,5 @@ def test_the_rule_for_absent_metrics_alerts_only_on_gpus_that_were_seen(
 
 
 def test_the_committed_dashboard_json_is_the_rendered_one() -> None:
-    committed = json.loads((REPO / "dashboards" / t.DASHBOARD_FILE).read_text())
-    assert committed == t.render_dashboard(settings())
+    committed = json.loads((REPO / "dashboards" / mon.DASHBOARD_FILE).read_text())
+    assert committed == mon.render_dashboard(settings())

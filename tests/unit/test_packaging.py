@@ -39,6 +39,9 @@ def test_wheel_carries_the_content_and_finds_it_outside_the_checkout(unpacked_wh
     assert (accel / "plugins" / "strategy" / "linear.py").is_file()
     assert (collection / "plugins" / "modules").is_dir()
     assert (collection / "roles").is_dir()
+    # The data files module_utils read on the controller (dashboard, rules, training scripts).
+    for name in ("gpu-dashboard.json", "gpu-alert-rules.yaml", "train_pytorch.py"):
+        assert (collection / "plugins" / "module_utils" / "data" / name).is_file(), name
     # The real captures the SIMULATED GPU replays ship with it.
     captures = unpacked_wheel / "kubegpu" / "captures"
     assert (captures / "SOURCES.md").is_file()
@@ -80,6 +83,7 @@ def test_collection_builds_with_every_part(repo_root: Path, tmp_path: Path) -> N
         names = set(archive.getnames())
     assert "plugins/modules/gpu_node_readiness.py" in names
     assert "playbooks/validate.yml" in names
+    assert "plugins/module_utils/data/gpu-dashboard.json" in names
     assert any(name.startswith("roles/nvidia_driver/") for name in names)
     # The core carries no strategy or callback; the accelerator's tarball does.
     assert not any(name.startswith(("plugins/strategy", "plugins/callback")) for name in names)

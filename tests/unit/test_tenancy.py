@@ -1,9 +1,9 @@
 """GPU tenancy: validating tenants, rendering their objects, planning apply and prune.
 
-plugins/module_utils/tenancy.py is pure, so everything here runs without a cluster. Rendered
-objects are validated, strictly, against the upstream schemas of every Kubernetes minor kubegpu
-supports, through kubernetes_validate's Python API. GPU product names come from real captures
-(src/kubegpu/captures) where there are any.
+plugins/module_utils/tenancy_settings.py and tenancy.py are pure, so everything here runs without
+a cluster. Rendered objects are validated, strictly, against the upstream schemas of every
+Kubernetes minor kubegpu supports, through kubernetes_validate's Python API. GPU product names
+come from real captures (src/kubegpu/captures) where there are any.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import pytest
 import yaml
 from ansible_collections.kubegpu.gpu.plugins.filter import tenancy as tenancy_filter
 from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy as t
-from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_manifests import parse_quantity
+from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy_settings as ts
+from ansible_collections.kubegpu.gpu.plugins.module_utils.k8s_values import parse_quantity
 
 SUPPORTED_MINORS = [f"1.{minor}" for minor in range(29, 36)]
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gpu_tenancy"
@@ -51,13 +52,13 @@ MIG_ONLY = {
 
 
 def checked(*tenants: dict[str, Any], **settings: Any) -> dict[str, Any]:
-    normalized, errors = t.validate_settings({"tenants": list(tenants), **settings})
+    normalized, errors = ts.validate_settings({"tenants": list(tenants), **settings})
     assert errors == []
     return normalized
 
 
 def errors_of(*tenants: Any, **settings: Any) -> list[str]:
-    return t.validate_settings({"tenants": list(tenants), **settings})[1]
+    return ts.validate_settings({"tenants": list(tenants), **settings})[1]
 
 
 def by_kind(manifests: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -75,7 +76,7 @@ def one(manifests: list[dict[str, Any]], kind: str, name: str | None = None) -> 
 
 def test_role_defaults_match_the_module_defaults() -> None:
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    assert {k.removeprefix("gpu_tenancy_"): v for k, v in defaults.items()} == t.DEFAULTS
+    assert {k.removeprefix("gpu_tenancy_"): v for k, v in defaults.items()} == ts.DEFAULTS
 
 
 def test_argument_specs_cover_every_default_with_the_same_value() -> None:
@@ -89,7 +90,7 @@ def test_argument_specs_cover_every_default_with_the_same_value() -> None:
 
 
 def test_the_defaults_themselves_are_valid() -> None:
-    settings, errors = t.validate_settings({})
+    settings, errors = ts.validate_settings({})
     assert errors == []
     assert settings["tenants"] == []
 
@@ -213,12 +214,12 @@ def test_a_tenant_defined_twice_is_an_error() -> None:
     ],
 )
 def test_bad_settings_are_reported_by_variable(settings: dict[str, Any], expected: str) -> None:
-    errors = t.validate_settings(settings)[1]
+    errors = ts.validate_settings(settings)[1]
     assert any(expected in e for e in errors), errors
 
 
 def test_text_from_extra_vars_is_coerced_like_ansible_does() -> None:
-    settings, errors = t.validate_settings({"prune": "yes", "workload_nodes": "4"})
+    settings, errors = ts.validate_settings({"prune": "yes", "workload_nodes": "4"})
     assert errors == []
     assert settings["prune"] is True
     assert settings["workload_nodes"] == 4
@@ -254,7 +255,7 @@ def test_every_gpu_in_the_real_captures_is_a_known_product(fixtures_real: Path) 
     names = _names_in_captures(fixtures_real)
     assert len(names) >= 5, names  # H100, A100 (two driver eras), T4, P100, Quadro RTX 4000
     for name in sorted(names):
-        assert t.gpu_product_error(_gfd_value(name)) is None, name
+        assert ts.gpu_product_error(_gfd_value(name)) is None, name
 
 
 def test_the_real_gfd_label_of_a_mig_node_is_accepted(fixtures_real: Path) -> None:
@@ -263,10 +264,10 @@ def test_the_real_gfd_label_of_a_mig_node_is_accepted(fixtures_real: Path) -> No
             fixtures_real / "k8s-node" / "nvidia-docs-gfd-labels-a100-sxm4-mig-single-450.json"
         ).read_text()
     )
-    product = labels[t.GPU_PRODUCT_LABEL]
+    product = labels[ts.GPU_PRODUCT_LABEL]
     assert product == "A100-SXM4-40GB-MIG-1g.5gb"
-    assert t.gpu_product_error(product) is None
-    assert t.gpu_product_error(product.replace("MIG-1g.5gb", "MIG-1g")) is not None
+    assert ts.gpu_product_error(product) is None
+    assert ts.gpu_product_error(product.replace("MIG-1g.5gb", "MIG-1g")) is not None
 
 
 @pytest.mark.parametrize(
@@ -278,7 +279,7 @@ def test_the_real_gfd_label_of_a_mig_node_is_accepted(fixtures_real: Path) -> No
     ],
 )
 def test_shared_and_mig_suffixes_are_gfd_formats(value: str) -> None:
-    assert t.gpu_product_error(value) is None
+    assert ts.gpu_product_error(value) is None
 
 
 def test_an_unknown_gpu_is_accepted_once_listed_as_extra() -> None:

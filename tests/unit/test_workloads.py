@@ -18,7 +18,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy as t
+from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy_settings as ts
+from ansible_collections.kubegpu.gpu.plugins.module_utils import training as tr
 
 from kubegpu import smoke, workloads
 from kubegpu.errors import InputError
@@ -34,8 +35,8 @@ def settings() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def rendered(settings: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    out = dict(t.render_workloads(settings, "vision"))
-    out["smoke"] = t.render_smoke(settings, "vision", "abc123", products=["NVIDIA-H200"])
+    out = dict(tr.render_workloads(settings, "vision"))
+    out["smoke"] = tr.render_smoke(settings, "vision", "abc123", products=["NVIDIA-H200"])
     return out
 
 
@@ -235,7 +236,7 @@ def test_time_sliced_pods_share_a_node_and_ask_for_shared_gpus(
         "batch.kubernetes.io/job-name": job["metadata"]["name"]
     }
     renamed = dict(settings, workload_shared_resource="nvidia.com/gpu.shared")
-    (job,) = jobs(t.pytorch_time_sliced(renamed, "vision"))
+    (job,) = jobs(tr.pytorch_time_sliced(renamed, "vision"))
     spec = pod_spec(job)
     assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu.shared"] == "1"
     assert "nvidia.com/gpu" not in spec["containers"][0]["resources"]["limits"]
@@ -256,14 +257,14 @@ def test_mig_job_asks_for_a_slice_on_mixed_strategy_nodes(
     ]
     assert exprs["nvidia.com/mig.strategy"]["values"] == ["mixed"]
     for value in exprs["nvidia.com/mig-1g.10gb.product"]["values"]:
-        assert t.gpu_product_error(value) is None
+        assert ts.gpu_product_error(value) is None
 
 
 def test_the_training_scripts_are_python_and_print_the_pass_marker() -> None:
-    for name, script in (("train.py", t.PYTORCH_SCRIPT), ("tf.py", t.TENSORFLOW_SCRIPT)):
+    for name, script in (("train.py", tr.PYTORCH_SCRIPT), ("tf.py", tr.TENSORFLOW_SCRIPT)):
         compile(script, name, "exec")
         assert '"KUBEGPU-TRAIN %s' in script
-    assert t.PASS_MARKER == "KUBEGPU-TRAIN PASS"
+    assert tr.PASS_MARKER == "KUBEGPU-TRAIN PASS"
 
 
 def test_every_job_mounts_the_script_it_runs(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -273,7 +274,7 @@ def test_every_job_mounts_the_script_it_runs(rendered: dict[str, list[dict[str, 
         spec = pod_spec(job)
         volume = next(v for v in spec["volumes"] if v["name"] == "script")
         assert volume["configMap"]["name"] == configmap["metadata"]["name"]
-        assert t.SCRIPT_KEY in configmap["data"]
+        assert tr.SCRIPT_KEY in configmap["data"]
         assert configmap["metadata"]["namespace"] == job["metadata"]["namespace"] == "vision"
 
 
@@ -293,14 +294,14 @@ def test_smoke_job_is_named_for_its_run_and_cleans_itself_up(
             "values": ["NVIDIA-H200"],
         }
     }
-    any_gpu = t.render_smoke(t.validate_settings({})[0], "ns", "x", products=[], gpus=2)[1]
+    any_gpu = tr.render_smoke(ts.validate_settings({})[0], "ns", "x", products=[], gpus=2)[1]
     assert "affinity" not in pod_spec(any_gpu)
     assert pod_spec(any_gpu)["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
 
 
 def test_image_registry_prefix_is_applied(settings: dict[str, Any]) -> None:
     mirrored = dict(settings, workload_image_registry="registry.internal:5000/mirror/")
-    (job,) = jobs(t.pytorch_single(mirrored, "vision"))
+    (job,) = jobs(tr.pytorch_single(mirrored, "vision"))
     assert pod_spec(job)["containers"][0]["image"] == (
         "registry.internal:5000/mirror/pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
     )
