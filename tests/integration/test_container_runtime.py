@@ -429,10 +429,7 @@ def test_check_mode_on_a_node_without_containerd(
     assert run.rc == 0, run.explain()
     report = run.task("Report the packages check mode would install", node)
     assert report["changed"] is True and "containerd would be installed" in report["msg"]
-    note = run.task(
-        "Note that check mode cannot render the drop-in before containerd is installed", node
-    )
-    assert "would be installed first" in note["msg"]
+    assert "drop-in depends on the installed containerd" in report["msg"]
     assert ssh(testbed, node, "command -v containerd").returncode == 1
     assert ssh(testbed, node, "test -e /etc/containerd").returncode == 1
 
