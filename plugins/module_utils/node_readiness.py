@@ -22,6 +22,7 @@ import json
 import os
 import re
 
+from ansible_collections.kubegpu.gpu.plugins.module_utils import toml_text
 from ansible_collections.kubegpu.gpu.plugins.module_utils.nvidia_smi import (
     REMEDIES,
     NvidiaParseError,
@@ -175,146 +176,42 @@ def find_binary(host_root, name, dirs=BIN_DIRS):
     return None
 
 
-# --- a small TOML reader ------------------------------------------------------------------------
-# Enough TOML for containerd and CRI-O configs: tables, dotted and quoted keys, strings, numbers,
-# booleans and (multi-line) arrays. The target's Python may predate tomllib.
+# --- TOML: the shared reader (module_utils/toml_text.py) ---------------------------------------
 
 
-def _strip_comment(line):
-    quote, escaped = None, False
-    for i, char in enumerate(line):
-        if quote:
-            if escaped:
-                escaped = False
-            elif char == "\\" and quote == '"':
-                escaped = True
-            elif char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-        elif char == "#":
-            return line[:i]
-    return line
+def scan_toml(text, source="TOML"):
+    """Every table and key of a TOML document as (full key path tuple, value).
 
-
-def _split_dotted(key):
-    parts, current, quote = [], "", None
-    for char in key.strip():
-        if quote:
-            if char == quote:
-                quote = None
-            else:
-                current += char
-        elif char in "\"'":
-            quote = char
-        elif char == ".":
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += char
-    parts.append(current.strip())
-    return tuple(parts)
-
-
-def _split_top(text, sep):
-    """Split on sep outside quotes and brackets."""
-    parts, current, depth, quote = [], "", 0, None
-    for char in text:
-        if quote:
-            current += char
-            if char == quote:
-                quote = None
-            continue
-        if char in "\"'":
-            quote = char
-        elif char in "[{":
-            depth += 1
-        elif char in "]}":
-            depth -= 1
-        elif char == sep and depth == 0:
-            parts.append(current)
-            current = ""
-            continue
-        current += char
-    parts.append(current)
-    return parts
-
-
-def toml_value(raw):
-    text = raw.strip()
-    if text.startswith('"""') or text.startswith("'''"):
-        return text[3:-3]
-    if text.startswith('"'):
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text.strip('"')
-    if text.startswith("'"):
-        return text.strip("'")
-    if text.startswith("["):
-        inner = text[1:-1]
-        return [toml_value(item) for item in _split_top(inner, ",") if item.strip()]
-    if text in ("true", "false"):
-        return text == "true"
-    if re.match(r"^[-+]?\d+$", text):
-        return int(text)
-    return text
-
-
-def _balanced(text):
-    depth, quote = 0, None
-    for char in text:
-        if quote:
-            if char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-        elif char in "[{":
-            depth += 1
-        elif char in "]}":
-            depth -= 1
-    return depth <= 0
-
-
-_TABLE_HEADER = re.compile(r"^\[\[?(.+?)\]\]?$")
-
-
-def scan_toml(text):
-    """Every key of a TOML document as (full dotted path tuple, value)."""
-    entries = []
-    table = ()
-    pending = None
-    for raw in (text or "").splitlines():
-        line = _strip_comment(raw).strip()
-        if pending is not None:
-            pending[1] += " " + line
-            if _balanced(pending[1]):
-                entries.append((table + pending[0], toml_value(pending[1])))
-                pending = None
-            continue
-        if not line:
-            continue
-        header = _TABLE_HEADER.match(line)
-        if header and "=" not in line.split("]")[0]:
-            table = _split_dotted(header.group(1))
-            entries.append((table, {}))
-            continue
-        if "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        path = _split_dotted(key)
-        if value.strip().startswith(("[", "{")) and not _balanced(value):
-            pending = [path, value.strip()]
-            continue
-        entries.append((table + path, toml_value(value)))
-    return entries
+    Raises toml_text.TomlError on text that is not TOML: containerd and CRI-O refuse such a file
+    too, so the checks report it instead of guessing at its keys."""
+    return toml_text.scan_entries(text, source)
 
 
 def toml_get(entries, path):
-    for key, value in entries:
-        if key == tuple(path):
-            return value
-    return None
+    return toml_text.entry_value(entries, path)
+
+
+def _invalid_toml(name, layer, expected, invalid, runtime):
+    return make_check(
+        name,
+        layer,
+        "fail",
+        "not valid TOML: " + "; ".join(invalid),
+        expected,
+        "%s does not start with a config it cannot read: fix the file at the place named."
+        % runtime,
+    )
+
+
+def _scan_files(files):
+    """(item, entries) for each readable file, and "path: error" for each that is not TOML."""
+    scanned, invalid = [], []
+    for item in files:
+        try:
+            scanned.append((item, scan_toml(item["text"], item["path"])))
+        except toml_text.TomlError as exc:
+            invalid.append(str(exc))
+    return scanned, invalid
 
 
 def _nvidia_runtime_paths(entries, scope):
@@ -347,7 +244,10 @@ def read_containerd(host_root):
     view = {"main": main, "imports": [], "imported": [], "unimported": []}
     if not main:
         return view
-    entries = scan_toml(main["text"])
+    try:
+        entries = scan_toml(main["text"], main["path"])
+    except toml_text.TomlError:
+        return view  # the check reports it; containerd does not start with it either
     imports = toml_get(entries, ("imports",)) or []
     if not isinstance(imports, list):
         imports = [imports]
@@ -1156,9 +1056,10 @@ def _check_containerd(view):
             expected,
             remedy,
         )
-    main_entries = scan_toml(main["text"])
-    main_version = toml_get(main_entries, ("version",))
-    files = [(main, main_entries)] + [(f, scan_toml(f["text"])) for f in data["imported"]]
+    files, invalid = _scan_files([main] + data["imported"])
+    if invalid:
+        return _invalid_toml(name, layer, expected, invalid, "containerd")
+    main_version = toml_get(files[0][1], ("version",))
     defined, binaries, defaults, too_new = [], [], [], []
     for item, entries in files:
         if _nvidia_runtime_paths(entries, "plugins"):
@@ -1195,8 +1096,8 @@ def _check_containerd(view):
     if not defined:
         stray = [
             f["path"]
-            for f in data["unimported"]
-            if _nvidia_runtime_paths(scan_toml(f["text"]), "plugins")
+            for f, entries in _scan_files(data["unimported"])[0]
+            if _nvidia_runtime_paths(entries, "plugins")
         ]
         if stray:
             return make_check(
@@ -1279,9 +1180,12 @@ def _check_crio(view):
     name, layer = "runtime_nvidia_configured", "container_runtime"
     expected = "CRI-O config defines [crio.runtime.runtimes.nvidia]"
     files = view["crio"] or []
+    scanned, invalid = _scan_files(files)
+    if invalid:
+        return _invalid_toml(name, layer, expected, invalid, "CRI-O")
     defined, paths = [], []
-    for item in files:
-        found = _nvidia_runtime_paths(scan_toml(item["text"]), "crio")
+    for item, entries in scanned:
+        found = _nvidia_runtime_paths(entries, "crio")
         if found:
             defined.append(item["path"])
         paths.extend(v for k, v in found if k[-1] == "runtime_path" and isinstance(v, str))
