@@ -17,1059 +17,78 @@ Runs on the target's Python (3.8+), standard library only.
 
 from __future__ import absolute_import, division, print_function
 
-import glob
 import json
 import os
 import re
 
-from ansible_collections.kubegpu.gpu.plugins.module_utils.nvidia_smi import (
-    REMEDIES,
-    NvidiaParseError,
-    parse_proc_version,
-    version_tuple,
-    versions_agree,
+from ansible_collections.kubegpu.gpu.plugins.module_utils.node_gpu_checks import (
+    smi_gpus,
+    gpu_label,
+    smi_ok,
+    check_device_nodes,
+    check_driver_branch,
+    check_ecc,
+    check_fabric_manager,
+    check_gpu_count,
+    check_mig,
+    check_module_version,
+    check_modules,
+    check_nouveau,
+    check_nvidia_smi,
+    check_pci,
+    check_persistence,
+    check_retired_pages,
+    check_row_remapping,
+    make_check,
+)
+from ansible_collections.kubegpu.gpu.plugins.module_utils.node_host import (
+    CONTAINERD_CONFIGS,
+    DEVICE_PLUGIN_DIR,
+    DOCKER_CONFIG,
+    FABRIC_MANAGER_UNIT,
+    KUBELET_UNITS,
+    LAYERS,
+    RUNTIME_UNITS,
+    STATUSES,
+    TOOLKIT_BINARIES,
+    nvidia_runtime_paths,
+    scan_files,
+    find_binary,
+    host_path,
+    read_host_view,
+    scan_toml,
+    toml_get,
 )
 
 __metaclass__ = type
 
-STATUSES = ("pass", "fail", "warn", "skip")
-LAYERS = (
-    "hardware",
-    "kernel",
-    "driver",
-    "gpu",
-    "container_toolkit",
-    "container_runtime",
-    "kubelet",
-)
-RUNTIMES = ("containerd", "docker", "crio", "none")
-MIG_MODES = ("enabled", "disabled")
-
-NVIDIA_VENDOR = "0x10de"
-# Units whose state the module asks systemd for (only when host_root is /).
-KUBELET_UNITS = ("kubelet", "k3s", "k3s-agent", "rke2-agent", "rke2-server")
-RUNTIME_UNITS = {
-    "containerd": ("containerd", "k3s", "k3s-agent", "rke2-agent", "rke2-server"),
-    "docker": ("docker",),
-    "crio": ("crio",),
-    "none": (),
-}
-FABRIC_MANAGER_UNIT = "nvidia-fabricmanager"
-
-CONTAINERD_CONFIGS = (
-    "/etc/containerd/config.toml",
-    "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
-    "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
-)
-CONTAINERD_DROPIN_DIRS = ("/etc/containerd/conf.d", "/etc/containerd/config.d")
-DOCKER_CONFIG = "/etc/docker/daemon.json"
-CRIO_CONFIG = "/etc/crio/crio.conf"
-CRIO_DROPIN_DIR = "/etc/crio/crio.conf.d"
-CDI_DIRS = ("/etc/cdi", "/var/run/cdi", "/run/cdi")
-TOOLKIT_BINARIES = ("nvidia-container-runtime", "nvidia-ctk", "nvidia-container-cli")
-BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin", "/usr/local/nvidia/toolkit")
-MODPROBE_DIRS = ("/etc/modprobe.d", "/usr/lib/modprobe.d", "/lib/modprobe.d", "/run/modprobe.d")
-DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
-SIMULATION_README = "SIMULATED-GPU-README"
-
-_READ_LIMIT = 4 * 1024 * 1024
-
-
-# --- reading a host -----------------------------------------------------------------------------
-
-
-def host_path(host_root, path):
-    """Where an absolute path of the host lies under host_root."""
-    return os.path.join(host_root, path.lstrip("/"))
-
-
-def read_text(host_root, path):
-    """The text of a file under host_root, or None when it is absent or unreadable."""
-    try:
-        with open(host_path(host_root, path), "rb") as handle:
-            return handle.read(_READ_LIMIT).decode("utf-8", "replace")
-    except (IOError, OSError):
-        return None
-
-
-def _listdir(host_root, path):
-    try:
-        return sorted(os.listdir(host_path(host_root, path)))
-    except (IOError, OSError):
-        return None
-
-
-def _exists(host_root, path):
-    return os.path.lexists(host_path(host_root, path))
-
-
-def _pci_kind(pci_class):
-    if pci_class.startswith("0x03"):
-        return "gpu"  # display controller: VGA (0x0300) or 3D (0x0302)
-    if pci_class.startswith("0x0680"):
-        return "nvswitch"  # NVSwitch shows up as "bridge: other"
-    return "other"  # HD audio, USB-C controllers on consumer boards, ...
-
-
-def read_pci(host_root):
-    """NVIDIA PCI functions from sysfs: bdf, device, class, kind and the driver bound."""
-    entries = _listdir(host_root, "/sys/bus/pci/devices")
-    if entries is None:
-        return {"readable": False, "functions": []}
-    functions = []
-    for bdf in entries:
-        base = "/sys/bus/pci/devices/" + bdf
-        vendor = (read_text(host_root, base + "/vendor") or "").strip().lower()
-        if vendor != NVIDIA_VENDOR:
-            continue
-        pci_class = (read_text(host_root, base + "/class") or "").strip().lower()
-        driver_link = host_path(host_root, base + "/driver")
-        driver = os.path.basename(os.readlink(driver_link)) if os.path.islink(driver_link) else None
-        functions.append(
-            {
-                "bdf": bdf,
-                "device": (read_text(host_root, base + "/device") or "").strip().lower(),
-                "class": pci_class,
-                "kind": _pci_kind(pci_class),
-                "driver": driver,
-            }
-        )
-    return {"readable": True, "functions": functions}
-
-
-def read_modules(host_root):
-    text = read_text(host_root, "/proc/modules")
-    if text is None:
-        return None
-    return sorted(set(line.split()[0] for line in text.splitlines() if line.strip()))
-
-
-_BLACKLIST = re.compile(
-    r"^\s*(?:blacklist\s+nouveau\b|install\s+nouveau\s+/bin/(?:false|true))", re.M
-)
-_CMDLINE_BLACKLIST = re.compile(
-    r"(?:^|\s)(?:(?:modprobe|rd\.driver)\.blacklist=\S*\bnouveau\b|nouveau\.modeset=0)"
-)
-
-
-def read_nouveau_blacklist(host_root):
-    found = []
-    for directory in MODPROBE_DIRS:
-        for name in _listdir(host_root, directory) or []:
-            if not name.endswith(".conf"):
-                continue
-            path = directory + "/" + name
-            if _BLACKLIST.search(read_text(host_root, path) or ""):
-                found.append(path)
-    cmdline = read_text(host_root, "/proc/cmdline") or ""
-    if _CMDLINE_BLACKLIST.search(cmdline):
-        found.append("/proc/cmdline")
-    return found
-
-
-def find_binary(host_root, name, dirs=BIN_DIRS):
-    for directory in dirs:
-        path = directory + "/" + name
-        if os.path.isfile(host_path(host_root, path)):
-            return path
-    return None
-
-
-# --- a small TOML reader ------------------------------------------------------------------------
-# Enough TOML for containerd and CRI-O configs: tables, dotted and quoted keys, strings, numbers,
-# booleans and (multi-line) arrays. The target's Python may predate tomllib.
-
-
-def _strip_comment(line):
-    quote, escaped = None, False
-    for i, char in enumerate(line):
-        if quote:
-            if escaped:
-                escaped = False
-            elif char == "\\" and quote == '"':
-                escaped = True
-            elif char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-        elif char == "#":
-            return line[:i]
-    return line
-
-
-def _split_dotted(key):
-    parts, current, quote = [], "", None
-    for char in key.strip():
-        if quote:
-            if char == quote:
-                quote = None
-            else:
-                current += char
-        elif char in "\"'":
-            quote = char
-        elif char == ".":
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += char
-    parts.append(current.strip())
-    return tuple(parts)
-
-
-def _split_top(text, sep):
-    """Split on sep outside quotes and brackets."""
-    parts, current, depth, quote = [], "", 0, None
-    for char in text:
-        if quote:
-            current += char
-            if char == quote:
-                quote = None
-            continue
-        if char in "\"'":
-            quote = char
-        elif char in "[{":
-            depth += 1
-        elif char in "]}":
-            depth -= 1
-        elif char == sep and depth == 0:
-            parts.append(current)
-            current = ""
-            continue
-        current += char
-    parts.append(current)
-    return parts
-
-
-def toml_value(raw):
-    text = raw.strip()
-    if text.startswith('"""') or text.startswith("'''"):
-        return text[3:-3]
-    if text.startswith('"'):
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text.strip('"')
-    if text.startswith("'"):
-        return text.strip("'")
-    if text.startswith("["):
-        inner = text[1:-1]
-        return [toml_value(item) for item in _split_top(inner, ",") if item.strip()]
-    if text in ("true", "false"):
-        return text == "true"
-    if re.match(r"^[-+]?\d+$", text):
-        return int(text)
-    return text
-
-
-def _balanced(text):
-    depth, quote = 0, None
-    for char in text:
-        if quote:
-            if char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-        elif char in "[{":
-            depth += 1
-        elif char in "]}":
-            depth -= 1
-    return depth <= 0
-
-
-_TABLE_HEADER = re.compile(r"^\[\[?(.+?)\]\]?$")
-
-
-def scan_toml(text):
-    """Every key of a TOML document as (full dotted path tuple, value)."""
-    entries = []
-    table = ()
-    pending = None
-    for raw in (text or "").splitlines():
-        line = _strip_comment(raw).strip()
-        if pending is not None:
-            pending[1] += " " + line
-            if _balanced(pending[1]):
-                entries.append((table + pending[0], toml_value(pending[1])))
-                pending = None
-            continue
-        if not line:
-            continue
-        header = _TABLE_HEADER.match(line)
-        if header and "=" not in line.split("]")[0]:
-            table = _split_dotted(header.group(1))
-            entries.append((table, {}))
-            continue
-        if "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        path = _split_dotted(key)
-        if value.strip().startswith(("[", "{")) and not _balanced(value):
-            pending = [path, value.strip()]
-            continue
-        entries.append((table + path, toml_value(value)))
-    return entries
-
-
-def toml_get(entries, path):
-    for key, value in entries:
-        if key == tuple(path):
-            return value
-    return None
-
-
-def _nvidia_runtime_paths(entries, scope):
-    """Entries that define a runtime named nvidia: (..., runtimes, nvidia, ...) under scope."""
-    found = []
-    for key, value in entries:
-        if not key or key[0] != scope:
-            continue
-        for i in range(len(key) - 1):
-            if key[i] == "runtimes" and key[i + 1] == "nvidia":
-                found.append((key, value))
-                break
-    return found
-
-
-# --- runtime configuration views --------------------------------------------------------------
-
-
-def _read_file(host_root, path):
-    text = read_text(host_root, path)
-    return {"path": path, "text": text} if text is not None else None
-
-
-def read_containerd(host_root):
-    main = None
-    for candidate in CONTAINERD_CONFIGS:
-        main = _read_file(host_root, candidate)
-        if main:
-            break
-    view = {"main": main, "imports": [], "imported": [], "unimported": []}
-    if not main:
-        return view
-    entries = scan_toml(main["text"])
-    imports = toml_get(entries, ("imports",)) or []
-    if not isinstance(imports, list):
-        imports = [imports]
-    view["imports"] = [str(i) for i in imports]
-    base = os.path.dirname(main["path"])
-    seen = set()
-    for pattern in view["imports"]:
-        absolute = pattern if pattern.startswith("/") else base + "/" + pattern
-        for match in sorted(glob.glob(host_path(host_root, absolute))):
-            rel = "/" + os.path.relpath(match, host_root).replace(os.sep, "/")
-            if rel in seen or not os.path.isfile(match):
-                continue
-            seen.add(rel)
-            item = _read_file(host_root, rel)
-            if item:
-                view["imported"].append(item)
-    for directory in CONTAINERD_DROPIN_DIRS:
-        for name in _listdir(host_root, directory) or []:
-            rel = directory + "/" + name
-            if name.endswith(".toml") and rel not in seen:
-                item = _read_file(host_root, rel)
-                if item:
-                    view["unimported"].append(item)
-    return view
-
-
-def read_docker(host_root):
-    return _read_file(host_root, DOCKER_CONFIG)
-
-
-def read_crio(host_root):
-    files = []
-    main = _read_file(host_root, CRIO_CONFIG)
-    if main:
-        files.append(main)
-    for name in _listdir(host_root, CRIO_DROPIN_DIR) or []:
-        item = _read_file(host_root, CRIO_DROPIN_DIR + "/" + name)
-        if item:
-            files.append(item)
-    return files
-
-
-def read_cdi_specs(host_root):
-    specs, seen = [], set()
-    for directory in CDI_DIRS:
-        for name in _listdir(host_root, directory) or []:
-            if not name.endswith((".yaml", ".yml", ".json")):
-                continue
-            real = os.path.realpath(host_path(host_root, directory + "/" + name))
-            if real in seen:
-                continue  # /var/run is usually a link to /run
-            seen.add(real)
-            item = _read_file(host_root, directory + "/" + name)
-            if item and "nvidia.com/" in item["text"]:
-                specs.append(item)
-    return specs
-
-
-def read_host_view(host_root, runtime="containerd"):
-    """Read everything the checks look at; absent files become None or empty lists."""
-    dmi = []
-    for name in ("product_name", "board_name"):
-        text = read_text(host_root, "/sys/class/dmi/id/" + name)
-        if text and text.strip():
-            dmi.append(text.strip())
-    dev = [n for n in (_listdir(host_root, "/dev") or []) if n.startswith("nvidia")]
-    plugin_dir = _listdir(host_root, DEVICE_PLUGIN_DIR)
-    return {
-        "host_root": host_root,
-        "simulated": _exists(host_root, "/" + SIMULATION_README),
-        "pci": read_pci(host_root),
-        "modules": read_modules(host_root),
-        "proc_version": read_text(host_root, "/proc/driver/nvidia/version"),
-        "sys_module_version": (read_text(host_root, "/sys/module/nvidia/version") or "").strip()
-        or None,
-        "dev": dev,
-        "dmi": dmi,
-        "nouveau_blacklist": read_nouveau_blacklist(host_root),
-        "toolkit": dict((name, find_binary(host_root, name)) for name in TOOLKIT_BINARIES),
-        "cdi_specs": read_cdi_specs(host_root),
-        "containerd": read_containerd(host_root) if runtime == "containerd" else None,
-        "docker": read_docker(host_root) if runtime == "docker" else None,
-        "crio": read_crio(host_root) if runtime == "crio" else None,
-        "device_plugin_sockets": plugin_dir,
-    }
-
-
-# --- checks -------------------------------------------------------------------------------------
-
-
-def make_check(name, layer, status, observed, expected, remedy=None):
-    if status not in STATUSES:
-        raise ValueError("unknown check status %r" % status)
-    return {
-        "name": name,
-        "layer": layer,
-        "status": status,
-        "observed": observed,
-        "expected": expected,
-        "remedy": remedy if status in ("fail", "warn") else None,
-    }
-
-
-def _gpus(smi):
-    facts = (smi or {}).get("facts") or {}
-    return facts.get("gpus") or []
-
-
-def _smi_ok(smi):
-    return bool(smi and smi.get("ok"))
-
-
-def _smi_reason(smi):
-    failure = (smi or {}).get("failure") or {}
-    return "nvidia-smi gave no GPU data (%s)" % failure.get("class", "not run")
-
-
-def _label(gpu):
-    return "GPU %s (%s)" % (gpu.get("index"), gpu.get("pci_bus_id"))
-
-
-def check_pci(view):
-    pci = view["pci"]
-    gpus = [f for f in pci["functions"] if f["kind"] == "gpu"]
-    expected = "at least one NVIDIA display/3D PCI function (vendor 0x10de, class 0x03xxxx)"
-    if not pci["readable"]:
-        return make_check(
-            "pci_gpus_present",
-            "hardware",
-            "fail",
-            "sysfs not readable under %s" % view["host_root"],
-            expected,
-            "Mount the host's /sys (read-only is enough) under host_root.",
-        )
-    if not gpus:
-        return make_check(
-            "pci_gpus_present",
-            "hardware",
-            "fail",
-            "no NVIDIA GPU among the PCI functions",
-            expected,
-            "This machine has no NVIDIA GPU on its PCI bus (or the VM was given none): check the "
-            "hardware, the hypervisor's passthrough and `lspci -nn -d 10de:`.",
-        )
-    listed = ", ".join(
-        "%s [10de:%s] %s" % (f["bdf"], f["device"][2:], f["driver"] or "no driver") for f in gpus
-    )
+__all__ = [
+    "FABRIC_MANAGER_UNIT",
+    "KUBELET_UNITS",
+    "LAYERS",
+    "RUNTIME_UNITS",
+    "STATUSES",
+    "evaluate",
+    "failing",
+    "make_check",
+    "read_host_view",
+    "scan_toml",
+    "summarize",
+    "toml_get",
+    "verdict",
+]
+
+
+def _invalid_toml(name, layer, expected, invalid, runtime):
     return make_check(
-        "pci_gpus_present",
-        "hardware",
-        "pass",
-        "%d NVIDIA GPU(s): %s" % (len(gpus), listed),
-        expected,
-    )
-
-
-def check_nouveau(view):
-    modules = view["modules"]
-    checks = []
-    if modules is None:
-        checks.append(
-            make_check(
-                "nouveau_not_loaded",
-                "kernel",
-                "skip",
-                "/proc/modules not readable",
-                "nouveau not loaded",
-            )
-        )
-    elif "nouveau" in modules:
-        checks.append(
-            make_check(
-                "nouveau_not_loaded",
-                "kernel",
-                "fail",
-                "nouveau is loaded",
-                "nouveau not loaded",
-                "Blacklist nouveau (role kubegpu.gpu.nvidia_driver writes /etc/modprobe.d), rebuild the "
-                "initramfs and reboot.",
-            )
-        )
-    else:
-        checks.append(
-            make_check(
-                "nouveau_not_loaded",
-                "kernel",
-                "pass",
-                "nouveau is not loaded",
-                "nouveau not loaded",
-            )
-        )
-    found = view["nouveau_blacklist"]
-    if found:
-        checks.append(
-            make_check(
-                "nouveau_blacklisted",
-                "kernel",
-                "pass",
-                "blacklisted in " + ", ".join(found),
-                "nouveau blacklisted in modprobe.d or on the kernel command line",
-            )
-        )
-    else:
-        checks.append(
-            make_check(
-                "nouveau_blacklisted",
-                "kernel",
-                "warn",
-                "no blacklist entry for nouveau found",
-                "nouveau blacklisted in modprobe.d or on the kernel command line",
-                "Add `blacklist nouveau` and `options nouveau modeset=0` to a file in /etc/modprobe.d "
-                "and rebuild the initramfs, so that nouveau cannot claim the GPU at the next boot.",
-            )
-        )
-    return checks
-
-
-def _kernel_module(view):
-    """(version, flavor) of the loaded nvidia module, from /proc or /sys."""
-    if view["proc_version"]:
-        try:
-            parsed = parse_proc_version(view["proc_version"])
-            return parsed["version"], parsed["flavor"]
-        except NvidiaParseError:
-            pass
-    if view["sys_module_version"]:
-        return view["sys_module_version"], None
-    return None, None
-
-
-def check_modules(view):
-    modules = view["modules"]
-    expected = "nvidia loaded (with nvidia_uvm for CUDA)"
-    if modules is None:
-        return make_check(
-            "nvidia_modules_loaded", "kernel", "skip", "/proc/modules not readable", expected
-        )
-    loaded = [m for m in modules if m == "nvidia" or m.startswith("nvidia_")]
-    version, flavor = _kernel_module(view)
-    detail = "loaded: %s" % (", ".join(loaded) or "none")
-    if version:
-        detail += "; module %s (%s)" % (version, flavor or "flavor unknown")
-    if "nvidia" not in loaded:
-        return make_check(
-            "nvidia_modules_loaded",
-            "kernel",
-            "fail",
-            detail,
-            expected,
-            REMEDIES["driver_not_loaded"],
-        )
-    if "nvidia_uvm" not in loaded:
-        return make_check(
-            "nvidia_modules_loaded",
-            "kernel",
-            "warn",
-            detail,
-            expected,
-            "nvidia_uvm is not loaded yet; CUDA loads it on first use through nvidia-modprobe. "
-            "Load it at boot (`nvidia_uvm` in /etc/modules-load.d) so containers find /dev/nvidia-uvm.",
-        )
-    return make_check("nvidia_modules_loaded", "kernel", "pass", detail, expected)
-
-
-def _userspace_version(smi):
-    facts = (smi or {}).get("facts") or {}
-    if facts.get("driver_version"):
-        return facts["driver_version"], "nvidia-smi"
-    failure = (smi or {}).get("failure") or {}
-    if failure.get("nvml_library_version"):
-        return failure["nvml_library_version"], "NVML library"
-    return None, None
-
-
-def check_module_version(view, smi):
-    kernel, _ = _kernel_module(view)
-    user, source = _userspace_version(smi)
-    expected = "kernel module version == userspace driver version"
-    if not kernel or not user:
-        missing = (
-            "kernel module version" if not kernel else "userspace version (%s)" % _smi_reason(smi)
-        )
-        return make_check(
-            "kernel_module_matches_userspace",
-            "kernel",
-            "skip",
-            "no %s to compare" % missing,
-            expected,
-        )
-    observed = "kernel module %s, %s %s" % (kernel, source, user)
-    if versions_agree(kernel, user):
-        return make_check("kernel_module_matches_userspace", "kernel", "pass", observed, expected)
-    return make_check(
-        "kernel_module_matches_userspace",
-        "kernel",
+        name,
+        layer,
         "fail",
-        observed,
+        "not valid TOML: " + "; ".join(invalid),
         expected,
-        REMEDIES["driver_library_mismatch"],
+        "%s does not start with a config it cannot read: fix the file at the place named."
+        % runtime,
     )
-
-
-def _expected_gpu_minors(view, smi):
-    minors = [g.get("minor_number") for g in _gpus(smi) if g.get("minor_number") is not None]
-    if minors:
-        return sorted(minors)
-    count = len([f for f in view["pci"]["functions"] if f["kind"] == "gpu"])
-    return list(range(count))
-
-
-def check_device_nodes(view, smi):
-    minors = _expected_gpu_minors(view, smi)
-    wanted = ["nvidiactl"] + ["nvidia%d" % m for m in minors]
-    expected = "/dev/" + ", /dev/".join(wanted) + " (and /dev/nvidia-uvm)"
-    if not minors:
-        return make_check(
-            "device_nodes",
-            "kernel",
-            "skip",
-            "no GPU to expect device nodes for",
-            "/dev/nvidiactl and /dev/nvidia<N> per GPU",
-        )
-    present = set(view["dev"])
-    missing = [n for n in wanted if n not in present]
-    observed = "present: " + (", ".join(sorted(present)) or "none")
-    if missing:
-        return make_check(
-            "device_nodes",
-            "kernel",
-            "fail",
-            observed + "; missing: " + ", ".join(missing),
-            expected,
-            "Device nodes appear once the nvidia module is loaded and nvidia-modprobe or "
-            "nvidia-persistenced has run: load the module, then run `nvidia-modprobe -c0 -u` "
-            "(or `nvidia-smi` as root).",
-        )
-    if "nvidia-uvm" not in present:
-        return make_check(
-            "device_nodes",
-            "kernel",
-            "warn",
-            observed + "; missing: nvidia-uvm",
-            expected,
-            "Run `nvidia-modprobe -u -c=0` so that /dev/nvidia-uvm exists "
-            "before containers start; CUDA in containers needs it.",
-        )
-    mig = any(g["mig"]["current"] for g in _gpus(smi))
-    if mig and "nvidia-caps" not in present:
-        return make_check(
-            "device_nodes",
-            "kernel",
-            "warn",
-            observed + "; missing: nvidia-caps/",
-            expected + " and /dev/nvidia-caps for MIG",
-            "Create the MIG capability nodes: `nvidia-modprobe -f "
-            "/proc/driver/nvidia/capabilities/mig/config`, or run nvidia-ctk "
-            "system create-dev-char-symlinks.",
-        )
-    return make_check("device_nodes", "kernel", "pass", observed, expected)
-
-
-def check_nvidia_smi(smi):
-    expected = "nvidia-smi -q -x answers with every GPU"
-    if _smi_ok(smi):
-        facts = smi["facts"]
-        observed = "driver %s, CUDA %s, %d GPU(s)" % (
-            facts.get("driver_version"),
-            facts.get("cuda_version"),
-            len(facts["gpus"]),
-        )
-        if smi.get("simulated"):
-            observed += " (SIMULATED nvidia-smi replaying a real capture)"
-        return make_check("nvidia_smi_healthy", "driver", "pass", observed, expected)
-    failure = (smi or {}).get("failure") or {}
-    observed = "%s (rc %s): %s" % (
-        failure.get("class", "unknown"),
-        failure.get("rc"),
-        failure.get("message", ""),
-    )
-    return make_check(
-        "nvidia_smi_healthy",
-        "driver",
-        "fail",
-        observed,
-        expected,
-        failure.get("remedy") or REMEDIES["unknown"],
-    )
-
-
-def check_gpu_count(view, smi, expected_count):
-    pci = [f for f in view["pci"]["functions"] if f["kind"] == "gpu"]
-    drivers = {}
-    for function in pci:
-        drivers[function["driver"] or "none"] = drivers.get(function["driver"] or "none", 0) + 1
-    bound = ", ".join("%d on %s" % (n, d) for d, n in sorted(drivers.items()))
-    parts = ["PCI %d (%s)" % (len(pci), bound or "none")]
-    smi_count = len(_gpus(smi)) if _smi_ok(smi) else None
-    if smi_count is not None:
-        parts.append("nvidia-smi %d" % smi_count)
-    observed = ", ".join(parts)
-    expected = "nvidia-smi count == PCI count"
-    if expected_count is not None:
-        expected += " == %d" % expected_count
-    problems = []
-    if smi_count is not None and smi_count != len(pci):
-        problems.append("nvidia-smi sees %d of %d PCI GPUs" % (smi_count, len(pci)))
-    if expected_count is not None:
-        seen = smi_count if smi_count is not None else len(pci)
-        if seen != expected_count:
-            problems.append("%d GPU(s) where %d are expected" % (seen, expected_count))
-    if problems:
-        return make_check(
-            "gpu_count",
-            "driver",
-            "fail",
-            observed + ": " + "; ".join(problems),
-            expected,
-            "A GPU is missing: look for 'RmInitAdapter failed' and Xid messages in `dmesg`, check "
-            "which driver each GPU is bound to (vfio-pci keeps it from the nvidia driver) and "
-            "reseat or replace the GPU; or correct kubegpu_expected_gpu_count.",
-        )
-    if smi_count is None and expected_count is None:
-        return make_check(
-            "gpu_count", "driver", "skip", observed + "; " + _smi_reason(smi), expected
-        )
-    return make_check("gpu_count", "driver", "pass", observed, expected)
-
-
-def driver_branch_matches(version, branch):
-    """'580' pins the major branch; '580.95.05' pins a version (compared on shared parts)."""
-    if "." in branch:
-        return versions_agree(version, branch)
-    parsed = version_tuple(version)
-    return parsed is not None and parsed[0] == int(branch)
-
-
-def check_driver_branch(view, smi, branch):
-    expected = (
-        "driver branch %s" % branch if branch else "any driver branch (nvidia_driver_branch unset)"
-    )
-    if not branch:
-        return make_check(
-            "driver_branch", "driver", "skip", "nvidia_driver_branch is not set", expected
-        )
-    version, source = _userspace_version(smi)
-    if not version:
-        version, _ = _kernel_module(view)
-        source = "kernel module"
-    if not version:
-        return make_check("driver_branch", "driver", "skip", "no driver version found", expected)
-    observed = "%s %s" % (source, version)
-    if driver_branch_matches(version, branch):
-        return make_check("driver_branch", "driver", "pass", observed, expected)
-    return make_check(
-        "driver_branch",
-        "driver",
-        "fail",
-        observed,
-        expected,
-        "Install the pinned branch with role kubegpu.gpu.nvidia_driver (playbook "
-        "upgrade_driver.yml drains and reboots the node), or set nvidia_driver_branch to the "
-        "branch the node runs.",
-    )
-
-
-def check_persistence(smi):
-    expected = "persistence mode enabled on every GPU (nvidia-persistenced running)"
-    if not _smi_ok(smi):
-        return make_check("persistence_mode", "driver", "skip", _smi_reason(smi), expected)
-    states = [(g, g.get("persistence_mode")) for g in _gpus(smi)]
-    off = [_label(g) for g, state in states if state is False]
-    if off:
-        return make_check(
-            "persistence_mode",
-            "driver",
-            "warn",
-            "disabled on " + ", ".join(off),
-            expected,
-            "Enable and start nvidia-persistenced (`systemctl enable --now nvidia-persistenced`) "
-            "so the driver stays initialised between jobs.",
-        )
-    if all(state is None for _, state in states):
-        return make_check("persistence_mode", "driver", "skip", "not reported", expected)
-    return make_check("persistence_mode", "driver", "pass", "enabled on all GPUs", expected)
-
-
-def _nvswitch_evidence(view, smi):
-    evidence = []
-    switches = [f for f in view["pci"]["functions"] if f["kind"] == "nvswitch"]
-    if switches:
-        evidence.append("%d NVSwitch PCI function(s)" % len(switches))
-    for name in view["dmi"]:
-        if re.search(r"\b[DH]GX\b", name, re.IGNORECASE):
-            evidence.append("system '%s'" % name)
-    return evidence
-
-
-def check_fabric_manager(view, smi, services, services_reason):
-    expected = "nvidia-fabricmanager active on NVSwitch systems"
-    evidence = _nvswitch_evidence(view, smi)
-    if not evidence:
-        return make_check(
-            "fabric_manager",
-            "driver",
-            "skip",
-            "no NVSwitch PCI functions and no HGX/DGX system name: not needed",
-            expected,
-        )
-    remedy = (
-        "Install nvidia-fabricmanager of exactly the driver's version and run "
-        "`systemctl enable --now nvidia-fabricmanager`; CUDA fails to initialise on NVSwitch "
-        "systems without it."
-    )
-    observed = "; ".join(evidence)
-    if services is not None:
-        state = services.get(FABRIC_MANAGER_UNIT)
-        observed += "; %s is %s" % (FABRIC_MANAGER_UNIT, state or "unknown")
-        status = "pass" if state == "active" else "fail"
-        return make_check("fabric_manager", "driver", status, observed, expected, remedy)
-    states = [(g.get("fabric") or {}) for g in _gpus(smi)]
-    known = [s for s in states if s.get("state")]
-    if known:
-        done = all(
-            s["state"].lower() == "completed" and (s.get("status") or "").lower() == "success"
-            for s in known
-        )
-        observed += "; GPU fabric state: " + ", ".join(
-            "%s/%s" % (s.get("state"), s.get("status")) for s in known
-        )
-        return make_check(
-            "fabric_manager", "driver", "pass" if done else "fail", observed, expected, remedy
-        )
-    return make_check(
-        "fabric_manager",
-        "driver",
-        "skip",
-        observed + "; service state unknown: " + services_reason,
-        expected,
-    )
-
-
-def check_ecc(smi):
-    expected = "no uncorrectable ECC errors; ECC mode not pending a change"
-    if not _smi_ok(smi):
-        return make_check("ecc_errors", "gpu", "skip", _smi_reason(smi), expected)
-    gpus = _gpus(smi)
-    volatile = [
-        (g, g["ecc"]["volatile_uncorrected"])
-        for g in gpus
-        if (g["ecc"]["volatile_uncorrected"] or 0) > 0
-    ]
-    aggregate = [
-        (g, g["ecc"]["aggregate_uncorrected"])
-        for g in gpus
-        if (g["ecc"]["aggregate_uncorrected"] or 0) > 0
-    ]
-    pending = [
-        g
-        for g in gpus
-        if g["ecc"]["current"] is not None
-        and g["ecc"]["pending"] is not None
-        and g["ecc"]["current"] != g["ecc"]["pending"]
-    ]
-    if volatile:
-        return make_check(
-            "ecc_errors",
-            "gpu",
-            "fail",
-            "uncorrectable errors since boot: "
-            + ", ".join("%s: %d" % (_label(g), n) for g, n in volatile),
-            expected,
-            "Drain the node, reset the GPU (`nvidia-smi -r -i <bus id>`) or reboot, and check "
-            "retired pages / remapped rows; replace the GPU if errors return.",
-        )
-    if all(g["ecc"]["current"] is None for g in gpus):
-        return make_check("ecc_errors", "gpu", "skip", "ECC not supported by these GPUs", expected)
-    modes = ", ".join(
-        "%s ECC %s" % (_label(g), {True: "on", False: "off", None: "n/a"}[g["ecc"]["current"]])
-        for g in gpus
-    )
-    if aggregate:
-        return make_check(
-            "ecc_errors",
-            "gpu",
-            "warn",
-            modes
-            + "; uncorrectable errors in the GPU's lifetime: "
-            + ", ".join("%s: %d" % (_label(g), n) for g, n in aggregate),
-            expected,
-            "None since boot, but the GPU has a history: watch it with DCGM and check its retired "
-            "pages or remapped rows.",
-        )
-    if pending:
-        return make_check(
-            "ecc_errors",
-            "gpu",
-            "warn",
-            modes + "; ECC change pending on " + ", ".join(_label(g) for g in pending),
-            expected,
-            "An ECC mode change takes effect after a GPU reset or reboot: drain and reboot the node.",
-        )
-    return make_check("ecc_errors", "gpu", "pass", modes + "; no uncorrectable errors", expected)
-
-
-def check_retired_pages(smi):
-    expected = "no page retirement pending"
-    if not _smi_ok(smi):
-        return make_check("retired_pages", "gpu", "skip", _smi_reason(smi), expected)
-    gpus = _gpus(smi)
-    pending = [g for g in gpus if g.get("retired_pages_pending") is True]
-    if pending:
-        return make_check(
-            "retired_pages",
-            "gpu",
-            "fail",
-            "retirement pending on " + ", ".join(_label(g) for g in pending),
-            expected,
-            "Retired pages take effect after a GPU reset: drain the node and reboot (or "
-            "`nvidia-smi -r`); replace the GPU when retirements keep growing.",
-        )
-    if all(g.get("retired_pages_pending") is None for g in gpus):
-        return make_check(
-            "retired_pages",
-            "gpu",
-            "skip",
-            "page retirement not reported (GPUs with row remapping report that instead)",
-            expected,
-        )
-    counts = ", ".join("%s: %s retired" % (_label(g), g.get("retired_pages_count")) for g in gpus)
-    return make_check("retired_pages", "gpu", "pass", counts + "; none pending", expected)
-
-
-def check_row_remapping(smi):
-    expected = "no row remap pending and no remap failure"
-    if not _smi_ok(smi):
-        return make_check("row_remapping", "gpu", "skip", _smi_reason(smi), expected)
-    gpus = _gpus(smi)
-    failed = [g for g in gpus if g["remapped_rows"]["failure"] is True]
-    pending = [g for g in gpus if g["remapped_rows"]["pending"] is True]
-    if failed:
-        return make_check(
-            "row_remapping",
-            "gpu",
-            "fail",
-            "row remap failure on " + ", ".join(_label(g) for g in failed),
-            expected,
-            "The GPU ran out of spare rows: drain the node and have the GPU replaced.",
-        )
-    if pending:
-        return make_check(
-            "row_remapping",
-            "gpu",
-            "fail",
-            "row remap pending on " + ", ".join(_label(g) for g in pending),
-            expected,
-            "Drain the node and reset the GPU (`nvidia-smi -r -i <bus id>`) or reboot so "
-            "the pending row remap is applied.",
-        )
-    if all(
-        g["remapped_rows"]["pending"] is None and g["remapped_rows"]["failure"] is None
-        for g in gpus
-    ):
-        return make_check(
-            "row_remapping", "gpu", "skip", "row remapping not reported by these GPUs", expected
-        )
-    return make_check("row_remapping", "gpu", "pass", "no remap pending or failed", expected)
-
-
-def check_mig(smi, desired):
-    expected = "MIG %s on every GPU" % desired if desired else "any MIG mode (mig_mode unset)"
-    if not desired:
-        return make_check("mig_mode", "gpu", "skip", "mig_mode is not set", expected)
-    if not _smi_ok(smi):
-        return make_check("mig_mode", "gpu", "skip", _smi_reason(smi), expected)
-    want = desired == "enabled"
-    wrong, unsupported, pending = [], [], []
-    for gpu in _gpus(smi):
-        current = gpu["mig"]["current"]
-        if current is None:
-            if want:
-                unsupported.append(_label(gpu))
-            continue
-        if current != want:
-            wrong.append(_label(gpu))
-        if gpu["mig"]["pending"] is not None and gpu["mig"]["pending"] != current:
-            pending.append(_label(gpu))
-    states = ", ".join(
-        "%s MIG %s"
-        % (_label(g), {True: "enabled", False: "disabled", None: "n/a"}[g["mig"]["current"]])
-        for g in _gpus(smi)
-    )
-    if unsupported:
-        return make_check(
-            "mig_mode",
-            "gpu",
-            "fail",
-            states + "; no MIG support: " + ", ".join(unsupported),
-            expected,
-            "Only A100/A30/H100/H200/B200-class GPUs support MIG: set "
-            "mig_mode to disabled for this node.",
-        )
-    if wrong:
-        verb = 1 if want else 0
-        return make_check(
-            "mig_mode",
-            "gpu",
-            "fail",
-            states,
-            expected,
-            "Set it with `nvidia-smi -i <index> -mig %d` (or the MIG manager's config), then "
-            "reset the GPU or reboot the drained node." % verb,
-        )
-    if pending:
-        return make_check(
-            "mig_mode",
-            "gpu",
-            "warn",
-            states + "; change pending on " + ", ".join(pending),
-            expected,
-            "A MIG mode change waits for a GPU reset: drain and reboot the node.",
-        )
-    return make_check("mig_mode", "gpu", "pass", states, expected)
 
 
 def check_toolkit(view, runtime):
@@ -1117,14 +136,14 @@ def check_cdi(view, smi, runtime):
         ", ".join(s["path"] for s in specs),
         ", ".join(sorted(names)) or "none",
     )
-    gpus = _gpus(smi) if _smi_ok(smi) else []
+    gpus = smi_gpus(smi) if smi_ok(smi) else []
     missing = [g for g in gpus if str(g["index"]) not in names and g.get("uuid") not in names]
     if missing:
         return make_check(
             "cdi_spec",
             "container_toolkit",
             "warn",
-            observed + "; not in the spec: " + ", ".join(_label(g) for g in missing),
+            observed + "; not in the spec: " + ", ".join(gpu_label(g) for g in missing),
             expected,
             remedy,
         )
@@ -1156,14 +175,15 @@ def _check_containerd(view):
             expected,
             remedy,
         )
-    main_entries = scan_toml(main["text"])
-    main_version = toml_get(main_entries, ("version",))
-    files = [(main, main_entries)] + [(f, scan_toml(f["text"])) for f in data["imported"]]
+    files, invalid = scan_files([main] + data["imported"])
+    if invalid:
+        return _invalid_toml(name, layer, expected, invalid, "containerd")
+    main_version = toml_get(files[0][1], ("version",))
     defined, binaries, defaults, too_new = [], [], [], []
     for item, entries in files:
-        if _nvidia_runtime_paths(entries, "plugins"):
+        if nvidia_runtime_paths(entries, "plugins"):
             defined.append(item["path"])
-        for key, value in _nvidia_runtime_paths(entries, "plugins"):
+        for key, value in nvidia_runtime_paths(entries, "plugins"):
             if key[-1] == "BinaryName" and isinstance(value, str):
                 binaries.append(value)
         for key, value in entries:
@@ -1195,8 +215,8 @@ def _check_containerd(view):
     if not defined:
         stray = [
             f["path"]
-            for f in data["unimported"]
-            if _nvidia_runtime_paths(scan_toml(f["text"]), "plugins")
+            for f, entries in scan_files(data["unimported"])[0]
+            if nvidia_runtime_paths(entries, "plugins")
         ]
         if stray:
             return make_check(
@@ -1279,9 +299,12 @@ def _check_crio(view):
     name, layer = "runtime_nvidia_configured", "container_runtime"
     expected = "CRI-O config defines [crio.runtime.runtimes.nvidia]"
     files = view["crio"] or []
+    scanned, invalid = scan_files(files)
+    if invalid:
+        return _invalid_toml(name, layer, expected, invalid, "CRI-O")
     defined, paths = [], []
-    for item in files:
-        found = _nvidia_runtime_paths(scan_toml(item["text"]), "crio")
+    for item, entries in scanned:
+        found = nvidia_runtime_paths(entries, "crio")
         if found:
             defined.append(item["path"])
         paths.extend(v for k, v in found if k[-1] == "runtime_path" and isinstance(v, str))

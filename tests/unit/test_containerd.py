@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd as c
+from ansible_collections.kubegpu.gpu.plugins.module_utils import toml_text
 
 DATA = Path(__file__).parent / "data" / "containerd"
 NVCT = "/usr/bin/nvidia-container-runtime"
@@ -767,8 +768,8 @@ def test_scratch_overrides_fixed_stream_port_on_2x(tmp_path: Path) -> None:
 
 def test_toml_loads_falls_back_to_the_builtin_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     """On Python 3.8-3.10 without python3-toml, the builtin reader answers (and says so)."""
-    monkeypatch.setattr(c, "_tomllib", None)
-    monkeypatch.setattr(c, "_toml_pkg", None)
+    monkeypatch.setattr(toml_text, "_tomllib", None)
+    monkeypatch.setattr(toml_text, "_toml_pkg", None)
     assert c.toml_parser_name() == "builtin"
     text = DEFAULT_21.read_text()
     assert c.toml_loads(text) == tomllib.loads(text)
@@ -780,6 +781,7 @@ def test_toml_loads_falls_back_to_the_builtin_reader(monkeypatch: pytest.MonkeyP
     "relpath",
     [
         "plugins/module_utils/containerd.py",
+        "plugins/module_utils/toml_text.py",
         "plugins/module_utils/docker_daemon.py",
         "plugins/modules/containerd_runtime.py",
         "plugins/modules/docker_runtime.py",

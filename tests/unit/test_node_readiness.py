@@ -714,6 +714,38 @@ def test_dropin_newer_than_main_config(node: Path, t4: dict[str, Any]) -> None:
     assert "containerd exits" in check["remedy"]
 
 
+@pytest.mark.parametrize(
+    ("dropin", "status", "observed"),
+    [
+        # A duplicate key: containerd refuses the file, so the node is not ready.
+        (
+            '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+            'runtime_type = "a"\nruntime_type = "b"\n',
+            "fail",
+            "not valid TOML: /etc/containerd/conf.d/99-nvidia.toml: TOML error",
+        ),
+        # An inline table defines the runtime as well as a table header does.
+        (
+            '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes]\n'
+            'nvidia = { runtime_type = "io.containerd.runc.v2" }\n',
+            "pass",
+            "nvidia runtime in /etc/containerd/conf.d/99-nvidia.toml",
+        ),
+    ],
+)
+def test_dropin_read_as_containerd_reads_it(
+    node: Path, t4: dict[str, Any], dropin: str, status: str, observed: str
+) -> None:
+    write(node / "etc/containerd/conf.d/99-nvidia.toml", "version = 2\n" + dropin)
+    write(
+        node / "etc/containerd/config.toml",
+        'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n',
+    )
+    check = evaluate(node, t4)["runtime_nvidia_configured"]
+    assert check["status"] == status, check
+    assert observed in check["observed"]
+
+
 def test_k3s_containerd_config(node: Path, fixtures_real: Path, t4: dict[str, Any]) -> None:
     remove("etc/containerd/config.toml")(node)
     k3s = node / "var/lib/rancher/k3s/agent/etc/containerd/config.toml"
