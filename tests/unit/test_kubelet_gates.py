@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import inspect
 import re
+from importlib.machinery import SourceFileLoader
+from pathlib import Path
+from types import ModuleType
 
+import pytest
 from ansible_collections.kubegpu.gpu.plugins.module_utils import kubelet, kubelet_gates
 
+ROOT = Path(__file__).resolve().parent.parent.parent
+DATA = Path(__file__).resolve().parent / "data" / "feature-gates"
 TOKEN_RE = re.compile(r"^\d+\.\d+ [ABGD][+-]!?$")
 REMOVAL_RE = re.compile(r"^\d+\.\d+(\.\.\d+\.\d+)?$")
 
@@ -55,3 +62,51 @@ def test_table_covers_every_supported_release() -> None:
         ]
         assert len(present) > 100, release
         assert "DynamicResourceAllocation" in present and "AllAlpha" in present, release
+
+
+def _script() -> ModuleType:
+    """scripts/feature-gates, loaded as a module (it has no .py suffix)."""
+    loader = SourceFileLoader("feature_gates", str(ROOT / "scripts" / "feature-gates"))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        (
+            "kubernetes-v1.29.0-pkg-features-kube_features.go.txt",
+            {
+                "AnyVolumeDataSource": [((0, 0), ("B", True, False))],
+                "APIResponseCompression": [((0, 0), ("B", True, False))],
+            },
+        ),
+        (
+            "kubernetes-v1.35.0-pkg-features-kube_features.go.txt",
+            {
+                "AnyVolumeDataSource": [
+                    ((1, 18), ("A", False, False)),
+                    ((1, 24), ("B", True, False)),
+                    ((1, 33), ("G", True, True)),
+                ]
+            },
+        ),
+        (
+            "component-base-v0.32.0-logs-api-v1-kube_features.go.txt",
+            {"ContextualLogging": [((0, 0), ("B", True, False))]},
+        ),
+        (
+            "component-base-v0.35.0-featuregate-feature_gate.go.txt",
+            {
+                "AllAlpha": [((0, 0), ("A", False, False))],
+                "AllBeta": [((0, 0), ("B", False, False))],
+            },
+        ),
+    ],
+)
+def test_regeneration_script_reads_upstream_go_sources(source: str, expected: dict) -> None:
+    """Real upstream lines (tests/unit/data/feature-gates/SOURCES.md), both spec forms."""
+    assert _script().parse_go([(DATA / source).read_text()]) == expected
