@@ -21,10 +21,12 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet import (
     KubeletConfigError,
     parse_kubernetes_version,
     plan_kubelet_files,
-    split_node_labels,
     validate_feature_gates,
-    validate_node_labels,
     validate_settings,
+)
+from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet_labels import (
+    split_node_labels,
+    validate_node_labels,
     validate_taints,
 )
 

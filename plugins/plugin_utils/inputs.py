@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.kubegpu.gpu.plugins.module_utils import kubelet as kl
+from ansible_collections.kubegpu.gpu.plugins.module_utils import kubelet_labels as kll
 
 # The roles whose variables are set per GPU node, and those of the cluster layer, which runs
 # on the controller.
@@ -161,8 +162,8 @@ def role_problems(
 def kubelet_problems(given: dict[str, t.Any]) -> list[str]:
     """The kubelet checks that need no host, naming the inventory variables."""
     found = []
-    found += kl.validate_node_labels(given.get("kubelet_gpu_node_labels"))
-    found += kl.validate_taints(given.get("kubelet_gpu_node_taints"))
+    found += kll.validate_node_labels(given.get("kubelet_gpu_node_labels"))
+    found += kll.validate_taints(given.get("kubelet_gpu_node_taints"))
     found += kl.validate_settings(given.get("kubelet_gpu_settings"))
     version = given.get("kubelet_gpu_kubernetes_version")
     if version and given.get("kubelet_gpu_feature_gates"):

@@ -1,4 +1,4 @@
-"""Validators and merge helpers of module_utils/kubelet.py, table-driven, each with its message."""
+"""Validators and merge helpers of module_utils/kubelet.py and kubelet_labels.py, table-driven, each with its message."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 import yaml
-from ansible_collections.kubegpu.gpu.plugins.module_utils import kubelet
+from ansible_collections.kubegpu.gpu.plugins.module_utils import kubelet, kubelet_labels
 
 NAME_RULE = (
     "63 characters or fewer, start and end with a letter or digit, and contain only letters, "
@@ -338,12 +338,12 @@ LABEL_CASES = [
 
 @pytest.mark.parametrize(("labels", "expected"), LABEL_CASES)
 def test_validate_node_labels(labels, expected: list[str]) -> None:
-    assert kubelet.validate_node_labels(labels) == expected
+    assert kubelet_labels.validate_node_labels(labels) == expected
 
 
 def test_long_prefix_and_name_are_refused() -> None:
     prefix = ".".join(["a" * 63] * 4)  # 255 characters
-    messages = kubelet.validate_node_labels({prefix + "/" + "n" * 64: "x"})
+    messages = kubelet_labels.validate_node_labels({prefix + "/" + "n" * 64: "x"})
     assert messages == [
         f"node_labels: key {prefix + '/' + 'n' * 64!r} is not a valid key: the prefix "
         f"{prefix!r} must be a DNS subdomain (lowercase letters, digits, '-' and '.', each part "
@@ -354,7 +354,7 @@ def test_long_prefix_and_name_are_refused() -> None:
 
 
 def test_split_node_labels() -> None:
-    own, api_only = kubelet.split_node_labels(
+    own, api_only = kubelet_labels.split_node_labels(
         {
             "nvidia.com/gpu.present": "true",
             "node.kubernetes.io/gpu": "a100",
@@ -420,7 +420,7 @@ TAINT_CASES = [
 
 @pytest.mark.parametrize(("taints", "expected"), TAINT_CASES)
 def test_validate_taints(taints, expected: list[str]) -> None:
-    assert kubelet.validate_taints(taints) == expected
+    assert kubelet_labels.validate_taints(taints) == expected
 
 
 # ----------------------------------------------------------------------------- settings
@@ -471,7 +471,7 @@ def test_validate_settings(settings, expected: list[str]) -> None:
     ],
 )
 def test_sanitize_label_value(text: str, expected: str) -> None:
-    assert kubelet.sanitize_label_value(text) == expected
+    assert kubelet_labels.sanitize_label_value(text) == expected
 
 
 def test_sanitize_real_product_names(fixtures_real) -> None:
@@ -481,7 +481,7 @@ def test_sanitize_real_product_names(fixtures_real) -> None:
         names += re.findall(r"<product_name>([^<]+)</product_name>", path.read_text())
     for path in sorted((fixtures_real / "nvidia-smi-table").glob("*-L.txt")):
         names += re.findall(r"^GPU \d+: (.+?) \(UUID", path.read_text(), re.M)
-    values = {kubelet.sanitize_label_value(n) for n in names}
+    values = {kubelet_labels.sanitize_label_value(n) for n in names}
     assert values == {
         "NVIDIA-A100-SXM4-40GB",
         "Tesla-T4",
@@ -490,7 +490,8 @@ def test_sanitize_real_product_names(fixtures_real) -> None:
         "NVIDIA-H100-80GB-HBM3",
     }
     assert (
-        kubelet.validate_node_labels({f"example.com/g{i}": v for i, v in enumerate(values)}) == []
+        kubelet_labels.validate_node_labels({f"example.com/g{i}": v for i, v in enumerate(values)})
+        == []
     )
 
 
@@ -508,8 +509,8 @@ def test_gfd_product_value_matches_a_real_gfd_label(fixtures_real) -> None:
     )
     model = re.search(r"^GPU 0: (.+?) \(UUID", listing, re.M).group(1)
     assert "1g.5gb" in re.findall(r"MIG (\S+)", listing)
-    assert kubelet.gfd_product_value(model, "1g.5gb") == labels["nvidia.com/gpu.product"]
-    assert kubelet.gfd_product_value("Tesla K80") == "Tesla-K80"
+    assert kubelet_labels.gfd_product_value(model, "1g.5gb") == labels["nvidia.com/gpu.product"]
+    assert kubelet_labels.gfd_product_value("Tesla K80") == "Tesla-K80"
 
 
 # ----------------------------------------------------------------------------- merging
@@ -526,7 +527,7 @@ DEFAULT_KUBELET = (
 
 
 def test_extra_args_merge_keeps_every_other_byte() -> None:
-    taints = kubelet.normalize_taints(
+    taints = kubelet_labels.normalize_taints(
         [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     )
     merged = kubelet.merge_extra_args_file(
@@ -608,7 +609,7 @@ def test_merge_rancher_config_merges_lists_and_keeps_other_keys() -> None:
     merged = kubelet.merge_rancher_config(
         data,
         {"nvidia.com/gpu.present": "true"},
-        kubelet.normalize_taints(["nvidia.com/gpu:NoSchedule"]),
+        kubelet_labels.normalize_taints(["nvidia.com/gpu:NoSchedule"]),
         feature_gates={"KubeletPodResourcesGet": True},
     )
     assert merged == {
