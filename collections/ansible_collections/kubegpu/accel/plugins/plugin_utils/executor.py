@@ -29,6 +29,7 @@ from ansible_collections.kubegpu.accel.plugins.plugin_utils import gate
 # fields after it; both go to the result queue as a worker's would, also through a pipe.
 Outcome = tuple[t.Any, dict[str, t.Any]]
 
+# 2.21 reworked the executor around UnifiedTaskResult; 2.19 and 2.20 have the earlier shape.
 UNIFIED = gate.minor() not in ("2.19", "2.20")
 
 if UNIFIED:
