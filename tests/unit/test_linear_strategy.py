@@ -686,7 +686,12 @@ UNTESTED = (
         # sitecustomize); on any other, it is this very ansible-core.
         (
             {"PRETEND": "2.99.0"} if TESTED else {},
-            "ansible-core 2.99.0 is not a release it was tested on (2.19)" if TESTED else UNTESTED,
+            (
+                "ansible-core 2.99.0 is not a release it was tested on "
+                f"({', '.join(gate.TESTED_MINORS)})"
+            )
+            if TESTED
+            else UNTESTED,
         ),
         # Its strategy's code fails to import (None in sys.modules makes the import raise); on
         # an untested ansible-core the gate steps aside before the import.

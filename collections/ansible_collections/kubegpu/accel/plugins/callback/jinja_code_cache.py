@@ -11,7 +11,7 @@ name: jinja_code_cache
 type: aggregate
 short_description: Compile each Jinja template and expression once, not once per task and host
 description:
-  - ansible-core 2.19 compiles every template and expression from its source each time it is
+  - ansible-core (2.19 to 2.21) compiles every template and expression from its source each time it is
     rendered, in the worker process it forks for each task and host, and keeps no compiled
     copy. Jinja's compile (parse, generate Python source, compile the Python) is most of what
     a worker spends running a task that does not reach the node, and all of it is repeated for
@@ -73,7 +73,7 @@ from ansible_collections.kubegpu.accel.plugins.plugin_utils import gate
 from ansible_collections.kubegpu.accel.plugins.plugin_utils.code_cache import CodeCache
 from jinja2.environment import TemplateExpression
 
-try:  # ansible-core 2.19's templating internals; without them the callback does nothing
+try:  # ansible-core's templating internals (2.19 to 2.21); without them the callback does nothing
     from ansible._internal._templating import _jinja_bits, _jinja_common
 except ImportError:  # pragma: no cover - other ansible-core lines
     _jinja_bits = None  # type: ignore[assignment]

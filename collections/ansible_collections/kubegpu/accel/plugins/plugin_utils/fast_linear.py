@@ -22,17 +22,14 @@ from collections.abc import Mapping
 
 from ansible import constants as C
 from ansible.errors import AnsibleError
-from ansible._internal import _task
 from ansible.executor.process.worker import WorkerProcess
-from ansible.executor.task_executor import TaskExecutor
-from ansible.executor.task_result import _RawTaskResult
 from ansible.plugins import loader as plugin_loader
 from ansible.plugins.cache import BaseFileCacheModule
 from ansible.plugins.cache.memory import CacheModule as MemoryCache
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
 from ansible.utils.multiprocessing import context as multiprocessing_context
 from ansible import context
-from ansible_collections.kubegpu.accel.plugins.plugin_utils import lazy_vars, preconnect
+from ansible_collections.kubegpu.accel.plugins.plugin_utils import executor, lazy_vars, preconnect
 
 
 # Actions that run on the controller alone, need no connection, and change nothing outside the
@@ -315,7 +312,6 @@ class StrategyModule(LinearStrategyModule):
                 task_vars,
                 play_context,
                 self._loader,
-                plugin_loader.get_plugin_loader_namespace(),
                 self._variable_manager,
             )
             if pid:
@@ -390,15 +386,13 @@ class StrategyModule(LinearStrategyModule):
             for job, skipped in zip(share, self._answers_of(helper, reader)):
                 self._act(job, skipped)
 
-    def _act(
-        self, job: tuple[t.Any, ...], skipped: tuple[dict[str, t.Any], dict[str, t.Any]] | None
-    ) -> None:
+    def _act(self, job: tuple[t.Any, ...], skipped: executor.Outcome | None) -> None:
         if skipped is None:
             self._pending_results -= 1  # counted again as the worker's
             super()._queue_task(*job)
         else:
             self._tqm.send_callback("v2_runner_on_start", job[0], job[1])
-            self._send(job, *skipped)
+            executor.send(self._final_q, job[0], job[1], skipped)
 
     def _share(
         self,
@@ -470,13 +464,8 @@ class StrategyModule(LinearStrategyModule):
     def _run_and_send(
         self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any
     ) -> None:
-        self._send((host, task), *self._run_in_main(host, task, task_vars, play_context))
-
-    def _send(
-        self, job: tuple[t.Any, ...], result: dict[str, t.Any], fields: dict[str, t.Any]
-    ) -> None:
-        self._final_q.send_task_result(
-            _RawTaskResult(host=job[0], task=job[1], return_data=result, task_fields=fields)
+        executor.send(
+            self._final_q, host, task, self._run_in_main(host, task, task_vars, play_context)
         )
 
     @staticmethod
@@ -495,22 +484,24 @@ class StrategyModule(LinearStrategyModule):
         """A task with a condition, which a false one skips whole (no loop, no delegation)."""
         return bool(task.when) and not (task.loop or task.loop_with or task.delegate_to)
 
-    def _executor(self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any) -> t.Any:
+    def _executor(
+        self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any
+    ) -> contextlib.AbstractContextManager[t.Any]:
+        """ansible-core's TaskExecutor of this task (a copy), on a copy of the variables."""
         loader = self._vars_files_loader if task.action in C._ACTION_INCLUDE_VARS else self._loader
-        return TaskExecutor(
+        return executor.running(
             host,
             task,
-            dict(task_vars),
+            task_vars,
             play_context,
             loader,
-            plugin_loader.get_plugin_loader_namespace(),
             self._final_q,
             self._variable_manager,
         )
 
     def _run_in_main(
         self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any
-    ) -> tuple[dict[str, t.Any], dict[str, t.Any]]:
+    ) -> executor.Outcome:
         # The whole task, as a worker would run it, on a copy of it and of its parent blocks:
         # the executor's post_validate writes templated values into the task and its parents,
         # which a worker does on its own forked copy. The play context is copied by the
@@ -518,32 +509,21 @@ class StrategyModule(LinearStrategyModule):
         # lists (a task's copy otherwise copies every task of its block), which the executor
         # never reads: includes come back as results, and loops copy the task alone.
         own = task.copy(exclude_tasks=True)
-        with _task.TaskContext(own):
-            result = self._executor(host, own, task_vars, play_context).run()
-        return result, own.dump_attrs()
+        with self._executor(host, own, task_vars, play_context) as task_executor:
+            return executor.run(task_executor, own)
 
     def _skip_in_main(
         self, host: t.Any, task: t.Any, task_vars: t.Any, play_context: t.Any
-    ) -> tuple[dict[str, t.Any], dict[str, t.Any]] | None:
-        # A shallow copy: the executor squashes it (sets its inherited attributes on it) and
+    ) -> executor.Outcome | None:
+        # A shallow copy: it is squashed (its inherited attributes set on it) and the executor
         # sets its delegate_to; the task's parents and values stay shared and unchanged.
         probe = copy.copy(task)
-
-        resolve = probe._resolve_conditional
-
-        def stop_when_true(
-            conditional: t.Any, variables: t.Any, result_context: t.Any = None
-        ) -> bool:
-            if resolve(conditional, variables, result_context=result_context):
-                raise _WouldRun()
-            return False
-
-        probe._resolve_conditional = stop_when_true
+        executor.stop_when_true(probe, _WouldRun)
         try:
-            with _task.TaskContext(probe):
-                result = self._executor(host, probe, task_vars, play_context).run()
+            with self._executor(host, probe, task_vars, play_context) as task_executor:
+                outcome = executor.run(task_executor, probe)
         except _WouldRun:
             return None
-        if result.get("skipped") is not True or result.get("failed"):
+        if not executor.is_skip(outcome[0]):
             return None
-        return result, probe.dump_attrs()
+        return outcome

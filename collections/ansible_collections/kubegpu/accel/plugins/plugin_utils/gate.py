@@ -16,7 +16,7 @@ display = Display()
 
 # The ansible-core minors whose internals the accelerator was ported to and tested on
 # (tests/unit/test_linear_strategy.py compares its results with ansible-core's linear there).
-TESTED_MINORS = ("2.19",)
+TESTED_MINORS = ("2.19", "2.20", "2.21")
 ENV = "KUBEGPU_ACCEL"
 ON = ("", "1", "true", "yes", "on")
 OFF = ("0", "false", "no", "off")

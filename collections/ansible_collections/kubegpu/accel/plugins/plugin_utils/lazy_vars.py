@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """One lazy wrap of a task's variables per task, not one per template render.
 
-Every render of ansible-core 2.19's templating wraps the variables it was given (a task's
+Every render of ansible-core's templating (2.19 to 2.21) wraps the variables it was given (a task's
 300-odd) into a new lazy dict: each value goes through a Python generator into its own
 `_LazyValue` marker (`_flatten_and_lazify_vars` in ansible/_internal/_templating/_jinja_bits.py).
 One task's post_validate, conditions and arguments render the same dict several times over, and

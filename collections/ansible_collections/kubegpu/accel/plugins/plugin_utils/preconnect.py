@@ -25,9 +25,9 @@ import os
 import typing as t
 
 from ansible import constants as C
-from ansible._internal import _task
 from ansible._internal._templating._engine import TemplateEngine
 from ansible.executor.task_executor import TaskExecutor
+from ansible_collections.kubegpu.accel.plugins.plugin_utils import executor
 
 SSH = frozenset(("ssh", "ansible.builtin.ssh", "ansible.legacy.ssh"))
 _TURNED_OFF = ("0", "false", "no", "off")
@@ -102,7 +102,6 @@ def start(
     task_vars: dict[str, t.Any],
     play_context: t.Any,
     loader: t.Any,
-    shared_loader: t.Any,
     variable_manager: t.Any,
 ) -> int | None:
     """Fork a child that opens the host's master connection; its pid, or None in the child's
@@ -119,11 +118,10 @@ def start(
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
-        with _task.TaskContext(probe):
-            executor = _Executor(
-                host, probe, task_vars, play_context, loader, shared_loader, None, variable_manager
-            )
-            executor._execute(executor._task_templar, executor._job_vars)
+        with executor.running(
+            host, probe, task_vars, play_context, loader, None, variable_manager, _Executor
+        ) as task_executor:
+            executor.execute(task_executor)
     finally:
         os._exit(0)
 
