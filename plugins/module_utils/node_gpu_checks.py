@@ -376,11 +376,17 @@ def driver_branch_matches(version, branch):
 
 def check_driver_branch(view, smi, branch):
     expected = (
-        "driver branch %s" % branch if branch else "any driver branch (nvidia_driver_branch unset)"
+        "driver branch %s" % branch
+        if branch
+        else "any driver branch (nvidia_driver_branch unset, none recorded)"
     )
     if not branch:
         return make_check(
-            "driver_branch", "driver", "skip", "nvidia_driver_branch is not set", expected
+            "driver_branch",
+            "driver",
+            "skip",
+            "nvidia_driver_branch is not set and role nvidia_driver recorded no branch on the node",
+            expected,
         )
     version, source = _userspace_version(smi)
     if not version:

@@ -44,7 +44,9 @@ options:
   driver_branch:
     description:
       - The pinned driver, as a branch (V(580)) or a full version (V(580.95.05)). When unset,
-        any driver passes.
+        the branch that role C(kubegpu.gpu.nvidia_driver) recorded on the host (its local fact
+        C(/etc/ansible/facts.d/kubegpu_driver.fact), under O(host_root)) is expected; without
+        that record, any driver passes.
     type: str
   mig_mode:
     description:
@@ -188,6 +190,7 @@ ansible_facts:
       type: dict
 """
 
+import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -256,6 +259,20 @@ def service_states(module, run, units):
     return states, "asked systemctl"
 
 
+DRIVER_RECORD = "etc/ansible/facts.d/kubegpu_driver.fact"
+
+
+def recorded_branch(host_root):
+    """The branch role nvidia_driver recorded on the host (its local fact), or None."""
+    try:
+        with open(os.path.join(host_root, DRIVER_RECORD)) as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    branch = record.get("branch") if isinstance(record, dict) else None
+    return branch if isinstance(branch, str) and branch.isdigit() else None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -290,7 +307,7 @@ def main():
         smi,
         {
             "expected_gpu_count": params["expected_gpu_count"],
-            "driver_branch": params["driver_branch"],
+            "driver_branch": params["driver_branch"] or recorded_branch(params["host_root"]),
             "mig_mode": params["mig_mode"],
             "runtime": params["runtime"],
             "check_kubelet": params["check_kubelet"],

@@ -80,6 +80,40 @@ def test_check_expectation_mismatch_fails_the_gpu_layer(simulated_inventory: Pat
     assert "580" in str(status["driver_branch"]["expected"])
 
 
+@pytest.mark.parametrize(
+    ("record", "status", "expected"),
+    [
+        # What role nvidia_driver recorded on the node is the expectation...
+        ({"branch": "580", "installed_version": "580.95.05"}, "fail", "driver branch 580"),
+        ({"branch": "515"}, "pass", "driver branch 515"),
+        # ...and without a record or an inventory value, any driver passes.
+        (None, "skip", "any driver branch"),
+    ],
+)
+def test_without_nvidia_driver_branch_the_driver_role_s_record_is_expected(
+    simulated_inventory: Path,
+    tmp_path: Path,
+    record: dict[str, str] | None,
+    status: str,
+    expected: str,
+) -> None:
+    inventory = json.loads(simulated_inventory.read_text())
+    host = inventory["all"]["children"]["gpu_nodes"]["hosts"]["simnode"]
+    del host["nvidia_driver_branch"]
+    root = tmp_path / "root"
+    shutil.copytree(host["kubegpu_host_root"], root, symlinks=True)
+    host["kubegpu_host_root"] = str(root)
+    if record is not None:
+        facts = root / "etc/ansible/facts.d"
+        facts.mkdir(parents=True, exist_ok=True)
+        (facts / "kubegpu_driver.fact").write_text(json.dumps(record))
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(inventory))
+    check = {c["name"]: c for c in kubegpu.check(path).readiness["simnode"]["checks"]}
+    assert check["driver_branch"]["status"] == status
+    assert expected in str(check["driver_branch"]["expected"])
+
+
 def kubegpu_check(inventory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`kubegpu check -i INVENTORY ARGS...` through the CLI of this environment."""
     command = [str(Path(sys.executable).parent / "kubegpu"), "check", "-i", str(inventory)]
