@@ -22,6 +22,7 @@ import os
 import typing as t
 
 from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd as c
+from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd_params as cp
 from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
     B64_HELPERS,
     PipedAction,
@@ -100,7 +101,7 @@ rm -rf "$d"
 exit $status
 """
 
-_ARGUMENT_SPEC, _PATH_OPTIONS = node_argument_spec(c.ARGUMENT_SPEC)
+_ARGUMENT_SPEC, _PATH_OPTIONS = node_argument_spec(cp.ARGUMENT_SPEC)
 
 
 class _Node:
@@ -198,14 +199,14 @@ class ActionModule(PipedAction):
     def answer(
         self, args: dict[str, t.Any], task_vars: dict[str, t.Any] | None
     ) -> dict[str, t.Any]:
-        if args["state"] != "present" or c.param_problem(args):
+        if args["state"] != "present" or cp.param_problem(args):
             raise Unanswered("the module refuses or undoes")
         return self._unchanged(args)
 
     def _unchanged(self, params: dict[str, t.Any]) -> dict[str, t.Any]:
         main = params["config_path"]
         base = os.path.dirname(main)
-        outcome = c.initial_result(params)
+        outcome = cp.initial_result(params)
         paths = [
             main,
             outcome["drop_in_path"],
@@ -215,15 +216,17 @@ class ActionModule(PipedAction):
             os.path.join(base, "config.d"),
         ]
         given = params["containerd_binary"] or ""
-        done = self.read(_READ, [given, *paths, *c.BINARY_DIRS], self._compute_environment_string())
+        done = self.read(
+            _READ, [given, *paths, *cp.BINARY_DIRS], self._compute_environment_string()
+        )
         node = _Node(self, done["stdout"], paths)
         if node.binary is None:
             raise Unanswered("containerd")
         try:
-            planned = c.plan_for(params, node.run, node.binary, node)
+            planned = cp.plan_for(params, node.run, node.binary, node)
         except c.ContainerdConfigError as exc:
             raise Unanswered(f"the module refuses: {exc}") from None
-        if c.update_result(outcome, planned):
+        if cp.update_result(outcome, planned):
             raise Unanswered("a change to validate and write")
         if planned["warnings"]:
             outcome["warnings"] = list(planned["warnings"])

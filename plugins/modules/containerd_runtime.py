@@ -244,18 +244,24 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.files import (
     write_record,
 )
 from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd import (
+    MANAGED_MARK,
+    ContainerdConfigError,
+)
+from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd_params import (
     ARGUMENT_SPEC,
     BINARY_DIRS,
     COMMAND_ENVIRONMENT,
-    MANAGED_MARK,
-    ContainerdConfigError,
     initial_result,
     not_installed_message,
     param_problem,
     plan_for,
+    update_result,
+)
+from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd_reset import (
     plan_removal,
     record_after_apply,
-    update_result,
+)
+from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd_validate import (
     validate_candidate,
 )
 

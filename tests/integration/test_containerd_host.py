@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd as c
+from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd_validate as cv
 from ansible_collections.kubegpu.gpu.plugins.modules import containerd_runtime
 
 pytestmark = pytest.mark.integration
@@ -392,7 +393,7 @@ def candidate_setup(etc: Path, containerd: str) -> tuple[tuple, c.Schema, str]:
 
 def validate(etc: Path, containerd: str, drop_in: str, start_daemon: bool = True) -> dict:
     version, schema, main = candidate_setup(etc, containerd)
-    return c.validate_candidate(
+    return cv.validate_candidate(
         run, containerd, "ctr", version, schema, str(etc / "config.toml"), main,
         str(etc / "conf.d" / "99-nvidia.toml"), drop_in, "nvidia", NVCT, False, False, start_daemon=start_daemon,
     )  # fmt: skip
@@ -474,7 +475,7 @@ def test_naive_drop_in_breaks_the_cri_plugin_on_1x(
     work = tmp_path / "scratch"
     work.mkdir()
     version = c.parse_containerd_version(sh(containerd, "--version").stdout)
-    result = c.run_scratch_containerd(
+    result = cv.run_scratch_containerd(
         run, containerd, "ctr", str(etc / "config.toml"), str(work), version
     )
     assert result["ok"] is False

@@ -1,4 +1,5 @@
-"""Unit tests for plugins/module_utils/containerd.py: pure logic, no containerd needed.
+"""Unit tests for plugins/module_utils/containerd.py and containerd_validate.py: pure logic, no
+containerd needed.
 
 Inputs are real: the captures in src/kubegpu/captures/runtime-config and the outputs of real
 containerd 1.6.20, 1.7.24 and 2.1.9 binaries in tests/unit/data/containerd (see SOURCES.md there).
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd as c
+from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd_validate as cv
 from ansible_collections.kubegpu.gpu.plugins.module_utils import toml_text
 
 DATA = Path(__file__).parent / "data" / "containerd"
@@ -466,7 +468,7 @@ def test_nvidia_ctk_created_config_as_the_main_config(nvct_v2: Path) -> None:
         "options": {"BinaryName": NVCT, "SystemdCgroup": True},
     }
     merged = merged_like_containerd(effective, drop_in, sch)
-    assert c.check_effective(merged, sch, "nvidia", NVCT, True, False) == []
+    assert cv.check_effective(merged, sch, "nvidia", NVCT, True, False) == []
 
 
 @pytest.mark.parametrize("default_runtime", [False, True])
@@ -497,7 +499,7 @@ def test_replace_mode_drop_in_carries_the_whole_cri_section(
         "options": {"BinaryName": NVCT, "SystemdCgroup": True},
     }
     merged = merged_like_containerd(effective, drop_in, sch)
-    assert c.check_effective(merged, sch, "nvidia", NVCT, True, default_runtime) == []
+    assert cv.check_effective(merged, sch, "nvidia", NVCT, True, default_runtime) == []
     # and the merge loses nothing else
     assert (
         merged["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"]
@@ -535,7 +537,7 @@ def test_deep_mode_drop_in_holds_only_the_runtime(
     assert "\n[plugins" in text  # not indented: a short file
     # containerd 2.x migrates a version 2 drop-in's plugin to io.containerd.cri.v1.runtime
     merged = merged_like_containerd(effective, tomllib.loads(text), sch)
-    assert c.check_effective(merged, sch, "nvidia", NVCT, True, default_runtime) == []
+    assert cv.check_effective(merged, sch, "nvidia", NVCT, True, default_runtime) == []
 
 
 def test_version_1_drop_in_has_no_version_and_the_short_plugin_name() -> None:
@@ -576,22 +578,22 @@ def test_check_effective_names_each_difference(change, problem: str) -> None:
         "options": {"BinaryName": NVCT, "SystemdCgroup": False},
     }
     effective["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"] = runtime
-    assert c.check_effective(effective, sch, "nvidia", NVCT, False, False) == []
+    assert cv.check_effective(effective, sch, "nvidia", NVCT, False, False) == []
     change(runtime)
-    problems = c.check_effective(effective, sch, "nvidia", NVCT, False, False)
+    problems = cv.check_effective(effective, sch, "nvidia", NVCT, False, False)
     assert len(problems) == 1 and problem in problems[0]
 
 
 def test_check_effective_reports_a_missing_runtime_and_default() -> None:
     effective = load(DEFAULT_16)
     sch = schema((1, 6, 20), 2)
-    assert c.check_effective(effective, sch, "nvidia", NVCT, False, False) == [
+    assert cv.check_effective(effective, sch, "nvidia", NVCT, False, False) == [
         "the effective config has no plugins.io.containerd.grpc.v1.cri.containerd.runtimes.nvidia"
     ]
     effective["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"] = {
         "nvidia": {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": NVCT}}
     }
-    problems = c.check_effective(effective, sch, "nvidia", NVCT, False, True)
+    problems = cv.check_effective(effective, sch, "nvidia", NVCT, False, True)
     assert "default_runtime_name is 'runc', expected 'nvidia'" in problems
     assert "default_runtime_name 'runc' names no configured runtime" in problems
 
@@ -691,11 +693,11 @@ def test_expand_imports_in_containerd_order(tmp_path: Path) -> None:
 
 
 def test_parse_plugins_ls_real_outputs() -> None:
-    ok16 = c.parse_plugins_ls((DATA / "ctr-plugins-ls-containerd-1.6.20-cri-ok.txt").read_text())
-    bad16 = c.parse_plugins_ls(
+    ok16 = cv.parse_plugins_ls((DATA / "ctr-plugins-ls-containerd-1.6.20-cri-ok.txt").read_text())
+    bad16 = cv.parse_plugins_ls(
         (DATA / "ctr-plugins-ls-containerd-1.6.20-cri-error-nvidia-only-drop-in.txt").read_text()
     )
-    ok21 = c.parse_plugins_ls((DATA / "ctr-plugins-ls-containerd-2.1.9-cri-ok.txt").read_text())
+    ok21 = cv.parse_plugins_ls((DATA / "ctr-plugins-ls-containerd-2.1.9-cri-ok.txt").read_text())
 
     def status(rows, ptype, pid):
         return [r["status"] for r in rows if (r["type"], r["id"]) == (ptype, pid)]
@@ -704,9 +706,9 @@ def test_parse_plugins_ls_real_outputs() -> None:
     assert status(ok16, "io.containerd.grpc.v1", "cri") == ["ok"]
     assert status(ok16, "io.containerd.snapshotter.v1", "devmapper") == ["error"]
     assert status(bad16, "io.containerd.grpc.v1", "cri") == ["error"]
-    for ptype, pid in c.required_plugins((2, 1, 9)):
+    for ptype, pid in cv.required_plugins((2, 1, 9)):
         assert status(ok21, ptype, pid) == ["ok"]
-    assert c.required_plugins((1, 6, 20)) == [("io.containerd.grpc.v1", "cri")]
+    assert cv.required_plugins((1, 6, 20)) == [("io.containerd.grpc.v1", "cri")]
     detail = (
         DATA / "ctr-plugins-ls-d-cri-containerd-1.6.20-cri-error-nvidia-only-drop-in.txt"
     ).read_text()
@@ -717,7 +719,7 @@ def test_scratch_overrides_move_what_would_clash(tmp_path: Path) -> None:
     # containerd 2.1.9's default has NRI enabled on /var/run/nri/nri.sock: moved, nothing else.
     effective = load(DEFAULT_21)
     sch = schema((2, 1, 9), 3)
-    data = tomllib.loads(c.scratch_overrides(effective, sch, str(tmp_path)))
+    data = tomllib.loads(cv.scratch_overrides(effective, sch, str(tmp_path)))
     assert data == {
         "version": 3,
         "plugins": {
@@ -729,7 +731,7 @@ def test_scratch_overrides_move_what_would_clash(tmp_path: Path) -> None:
     }
     # 1.7.24 has NRI disabled: only the version line.
     assert tomllib.loads(
-        c.scratch_overrides(load(DEFAULT_17), schema((1, 7, 24), 2), str(tmp_path / "b"))
+        cv.scratch_overrides(load(DEFAULT_17), schema((1, 7, 24), 2), str(tmp_path / "b"))
     ) == {"version": 2}
 
 
@@ -740,7 +742,7 @@ def test_scratch_overrides_on_1x_copy_whole_sections(tmp_path: Path) -> None:
     effective["debug"]["address"] = "/run/containerd/debug.sock"
     effective["plugins"]["io.containerd.snapshotter.v1.devmapper"]["pool_name"] = "containerd-pool"
     sch = schema((1, 7, 24), 2)
-    data = tomllib.loads(c.scratch_overrides(effective, sch, str(tmp_path)))
+    data = tomllib.loads(cv.scratch_overrides(effective, sch, str(tmp_path)))
     nri = data["plugins"]["io.containerd.nri.v1.nri"]
     assert nri["socket_path"] == str(tmp_path / "nri.sock")
     assert nri["plugin_config_path"] == "/etc/nri/conf.d"  # the rest of the section is kept
@@ -754,7 +756,7 @@ def test_scratch_overrides_fixed_stream_port_on_2x(tmp_path: Path) -> None:
     effective = load(DEFAULT_21)
     effective["plugins"]["io.containerd.nri.v1.nri"]["disable"] = True
     effective["plugins"]["io.containerd.grpc.v1.cri"]["stream_server_port"] = "10010"
-    data = tomllib.loads(c.scratch_overrides(effective, schema((2, 1, 9), 3), str(tmp_path)))
+    data = tomllib.loads(cv.scratch_overrides(effective, schema((2, 1, 9), 3), str(tmp_path)))
     assert data["plugins"] == {
         "io.containerd.grpc.v1.cri": {
             "stream_server_port": "0",
@@ -781,6 +783,9 @@ def test_toml_loads_falls_back_to_the_builtin_reader(monkeypatch: pytest.MonkeyP
     "relpath",
     [
         "plugins/module_utils/containerd.py",
+        "plugins/module_utils/containerd_params.py",
+        "plugins/module_utils/containerd_reset.py",
+        "plugins/module_utils/containerd_validate.py",
         "plugins/module_utils/toml_text.py",
         "plugins/module_utils/docker_daemon.py",
         "plugins/modules/containerd_runtime.py",

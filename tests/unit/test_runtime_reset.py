@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd as c
+from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd_reset as cr
 from ansible_collections.kubegpu.gpu.plugins.module_utils import docker_daemon as d
 from ansible_collections.kubegpu.gpu.plugins.modules import containerd_runtime, docker_runtime
 
@@ -60,7 +61,7 @@ REMOVALS = [
 def test_remove_import_takes_out_only_the_entry(
     name: str, text: str, drop: bool, expected: str
 ) -> None:
-    assert c.remove_import(text, ENTRY, drop) == expected
+    assert cr.remove_import(text, ENTRY, drop) == expected
 
 
 @pytest.mark.parametrize("path", [DEBIAN_ETC, DEFAULT_17, DEFAULT_21])
@@ -69,7 +70,7 @@ def test_add_then_remove_gives_back_every_byte_of_real_configs(path: Path) -> No
     had_line = c.scan_top_level(text)["imports"] is not None
     added = c.add_import(text, ENTRY)
     assert added != text
-    assert c.remove_import(added, ENTRY, drop_line_if_empty=not had_line) == text
+    assert cr.remove_import(added, ENTRY, drop_line_if_empty=not had_line) == text
 
 
 # --- containerd: the record and plan_removal -------------------------------------------------------------
@@ -87,7 +88,7 @@ def planned(before: str | None, after: str) -> dict:
 
 def test_record_says_whether_the_line_or_the_file_was_added() -> None:
     debian = DEBIAN_ETC.read_text()  # no imports line
-    rec = c.record_after_apply(None, planned(debian, c.add_import(debian, ENTRY)), True)
+    rec = cr.record_after_apply(None, planned(debian, c.add_import(debian, ENTRY)), True)
     assert (rec["import_added"], rec["imports_line_added"], rec["config_created"]) == (
         True,
         True,
@@ -95,47 +96,47 @@ def test_record_says_whether_the_line_or_the_file_was_added() -> None:
     )
     # Another tool re-renders with `imports = []`: the latest add is into an existing line.
     fresh = DEFAULT_17.read_text()
-    rec = c.record_after_apply(rec, planned(fresh, c.add_import(fresh, ENTRY)), True)
+    rec = cr.record_after_apply(rec, planned(fresh, c.add_import(fresh, ENTRY)), True)
     assert (rec["import_added"], rec["imports_line_added"]) == (True, False)
     # A run that only changes the drop-in keeps what the record says.
-    assert c.record_after_apply(rec, planned(fresh, fresh), False) == rec
-    created = c.record_after_apply(None, planned(None, "version = 2\n"), True)
+    assert cr.record_after_apply(rec, planned(fresh, fresh), False) == rec
+    created = cr.record_after_apply(None, planned(None, "version = 2\n"), True)
     assert created["config_created"] and created["imports_line_added"]
 
 
 def test_removal_keeps_every_later_change_of_the_user() -> None:
     debian = DEBIAN_ETC.read_text()
     ours = c.add_import(debian, ENTRY)
-    rec = c.record_after_apply(None, planned(debian, ours), True)
+    rec = cr.record_after_apply(None, planned(debian, ours), True)
     later = ours.replace('conf_dir = "/etc/cni/net.d"', 'conf_dir = "/etc/cni/custom.d"')
-    action, text, why = c.plan_removal(later, rec, ENTRY)
+    action, text, why = cr.plan_removal(later, rec, ENTRY)
     assert action == "edit" and "recorded" in why
     assert text == debian.replace('conf_dir = "/etc/cni/net.d"', 'conf_dir = "/etc/cni/custom.d"')
 
 
 def test_removal_keeps_an_entry_that_was_there_before() -> None:
     text = f'version = 3\nimports = ["{ENTRY}"]\n'
-    rec = c.record_after_apply(None, planned(text, text), False)
-    assert c.plan_removal(text, rec, ENTRY)[0] == "keep"
+    rec = cr.record_after_apply(None, planned(text, text), False)
+    assert cr.plan_removal(text, rec, ENTRY)[0] == "keep"
     # Without a record: no backup either, so nothing says kubegpu added it.
-    assert c.plan_removal(text, None, ENTRY)[0] == "keep"
+    assert cr.plan_removal(text, None, ENTRY)[0] == "keep"
 
 
 def test_removal_without_a_record_reads_the_oldest_backup() -> None:
     debian = DEBIAN_ETC.read_text()
     ours = c.add_import(debian, ENTRY)
-    action, text, why = c.plan_removal(ours, None, ENTRY, oldest_backup_text=debian)
+    action, text, why = cr.plan_removal(ours, None, ENTRY, oldest_backup_text=debian)
     assert (action, text) == ("edit", debian) and "oldest backup" in why
-    assert c.plan_removal(ours, None, ENTRY, oldest_backup_text=ours)[0] == "keep"
+    assert cr.plan_removal(ours, None, ENTRY, oldest_backup_text=ours)[0] == "keep"
 
 
 def test_a_main_config_kubegpu_created_goes_only_when_nothing_else_is_in_it() -> None:
     schema = c.Schema(2, "io.containerd.grpc.v1.cri", "replace", "io.containerd.grpc.v1.cri", True)
     created = c.minimal_main_config(schema, ENTRY)
-    rec = c.record_after_apply(None, planned(None, created), True)
-    assert c.plan_removal(created, rec, ENTRY)[0] == "remove"
+    rec = cr.record_after_apply(None, planned(None, created), True)
+    assert cr.plan_removal(created, rec, ENTRY)[0] == "remove"
     grown = created + '\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "pause:3.10"\n'
-    action, text, _ = c.plan_removal(grown, rec, ENTRY)
+    action, text, _ = cr.plan_removal(grown, rec, ENTRY)
     assert action == "edit" and "imports" not in text and "pause:3.10" in text
 
 
@@ -174,7 +175,7 @@ def test_containerd_module_absent(tmp_path: Path, capsys, mode: str) -> None:
     record = planned(debian, ours)
     record.update(main_path=args["config_path"], import_entry=entry)
     Path(args["record_path"]).parent.mkdir()
-    Path(args["record_path"]).write_text(json.dumps(c.record_after_apply(None, record, True)))
+    Path(args["record_path"]).write_text(json.dumps(cr.record_after_apply(None, record, True)))
     extra = {"_ansible_check_mode": True, "_ansible_diff": True} if mode == "check" else {}
     result = run_module(containerd_runtime, dict(args, **extra), capsys)
     assert result["changed"] and result["removal"]["main_config"] == "edit"
