@@ -246,12 +246,30 @@ class Run:
     log: str = ""
 
 
+def ansible_core_version() -> str:
+    """The ansible-core the bench runs (the one beside this Python)."""
+    from ansible.release import __version__
+
+    return str(__version__)
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Where this process sees the host's /sys/fs/cgroup (--cgroup-root: elsewhere when the bench
+# runs in a container controller, scripts/leg-ansible-latest --run).
+cgroup_seen = CGROUP_ROOT
+
+
 def node_cgroup_cpu(state: TestbedState, names: Sequence[str]) -> float:
     """Seconds of CPU used so far by these nodes' cgroups: usage_usec of the cgroup v2 cpu.stat
     (the v1 cpu controller's cpu.stat has no usage; cpuacct.usage is the fallback)."""
     total = 0.0
     for name in names:
-        groups = recorded_cgroups(NodePaths(state.state_dir / "nodes" / name).cgroups)
+        groups = [
+            cgroup_seen / group.relative_to(CGROUP_ROOT)
+            if group.is_relative_to(CGROUP_ROOT)
+            else group
+            for group in recorded_cgroups(NodePaths(state.state_dir / "nodes" / name).cgroups)
+        ]
         found = None
         for group in groups:
             stat = group / "cpu.stat"
@@ -653,9 +671,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subnet", default="10.213.3.0/24")
     parser.add_argument("--state-dir", type=Path, default=Path("/run/kubegpu-testbed-bn"))
     parser.add_argument("--keep-up", action="store_true", help="leave the testbed up")
+    parser.add_argument(
+        "--cgroup-root",
+        type=Path,
+        default=CGROUP_ROOT,
+        help="where the host's /sys/fs/cgroup is seen (in a container controller)",
+    )
     parser.add_argument("--reuse", action="store_true", help="use an up testbed as it is")
     parser.add_argument("--workdir", type=Path, help="logs and per-run files (default: a temp dir)")
     args = parser.parse_args(argv)
+    global cgroup_seen
+    cgroup_seen = args.cgroup_root
     counts = [1] if args.quick else sorted({int(n) for n in args.nodes.split(",") if n})
     if not counts or counts[0] < 1:
         parser.error("--nodes: give positive node counts, e.g. 1,4,8,16")
@@ -689,6 +715,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_model": cpu_model(),
             "platform": platform.platform(),
             "python": platform.python_version(),
+            "ansible_core": ansible_core_version(),
             "loadavg_start": os.getloadavg(),
         },
         "configs": names,
@@ -771,7 +798,9 @@ def main(argv: list[str] | None = None) -> int:
         report["seconds"] = time.monotonic() - started
 
     print(
-        f"kubegpu node plays (playbooks/nodes.yml) on testbed nodes; {os.cpu_count()} CPUs "
+        f"kubegpu node plays (playbooks/nodes.yml) on testbed nodes, ansible-core "
+        f"{report['host']['ansible_core']} on Python {report['host']['python']}; "
+        f"{os.cpu_count()} CPUs "
         f"({report['host']['cpu_model']}), "
         f"load average at start {report['host']['loadavg_start'][0]:.2f}, "
         f"at end {report['loadavg_end'][0]:.2f}; bench took {report['seconds'] / 60:.1f} min"
