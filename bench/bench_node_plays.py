@@ -623,7 +623,9 @@ def testbed(
             containers=tuple(f"{args.prefix}{i}" for i in range(1, size + 1)),
         )
     state = load_state(args.state_dir) if args.reuse else None
-    if state is not None and state.running and len(state.nodes) >= size:
+    # "up" as its state says: in a container controller (scripts/leg-ansible-latest --run) the
+    # nodes' processes are not visible, so they are not asked for.
+    if state is not None and state.phase == "up" and len(state.nodes) >= size:
         say(f"reusing the testbed in {args.state_dir} ({len(state.nodes)} nodes)")
         yield state
         return

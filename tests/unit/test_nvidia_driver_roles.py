@@ -3,7 +3,7 @@
 No Ubuntu or RHEL machine exists here, so a throwaway play runs on localhost (connection
 local, --check) as several pretend hosts: each overrides its OS facts (set_fact cacheable, with
 an in-memory fact cache) and points the role's PCI reader at a sysfs tree built from a real
-capture, then runs the roles' read-only parts (tasks_from validate.yml and plan.yml) and
+capture, then runs the roles' read-only parts (tasks_from validate.yml, its vars public) and
 reports what the install steps would use. Templates are rendered in check mode and read from
 the diff. Nothing on this machine is changed.
 
@@ -512,17 +512,11 @@ def driver_plans(
                     },
                 },
                 {
+                    # public: the role's vars, the plan among them, serve the report below.
                     "name": "Validate",
                     "ansible.builtin.include_role": {
                         "name": "kubegpu.gpu.nvidia_driver",
                         "tasks_from": "validate.yml",
-                    },
-                },
-                {
-                    "name": "Plan",
-                    "ansible.builtin.include_role": {
-                        "name": "kubegpu.gpu.nvidia_driver",
-                        "tasks_from": "plan.yml",
                         "public": True,
                     },
                 },
