@@ -26,48 +26,12 @@ pytestmark = pytest.mark.integration
 
 PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 
-KUBEADM_CONFIG = """\
-apiVersion: kubelet.config.k8s.io/v1beta1
-authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    cacheTTL: 0s
-    enabled: true
-  x509:
-    clientCAFile: /etc/kubernetes/pki/ca.crt
-authorization:
-  mode: Webhook
-cgroupDriver: systemd
-clusterDNS:
-- 10.96.0.10
-clusterDomain: cluster.local
-containerRuntimeEndpoint: unix:///var/run/containerd/containerd.sock
-evictionHard:
-  memory.available: 100Mi
-  nodefs.available: 10%
-featureGates:
-  GracefulNodeShutdown: true
-kind: KubeletConfiguration
-rotateCertificates: true
-staticPodPath: /etc/kubernetes/manifests
-"""
-
-DEFAULT_KUBELET = """\
-# Flags for the kubelet, sourced by the kubeadm drop-in of kubelet.service.
-# Keep --node-ip in sync with the storage VLAN.
-KUBELET_EXTRA_ARGS="--node-ip=10.20.0.15 --node-labels=team=ml --max-pods 180"
-"""
-
-K3S_CONFIG = """\
-# k3s agent configuration
-server: https://10.20.0.2:6443
-token-file: /etc/rancher/k3s/token
-node-label:
-  - team=ml
-kubelet-arg:
-  - max-pods=180
-"""
+# A kubelet configuration of the shape kubeadm writes at join time, the extra-args file an
+# operator keeps beside it, and a k3s agent's configuration (tests/data/kubelet).
+KUBELET_DATA = Path(__file__).resolve().parents[1] / "data" / "kubelet"
+KUBEADM_CONFIG = (KUBELET_DATA / "kubeadm-config.yaml").read_text()
+DEFAULT_KUBELET = (KUBELET_DATA / "default-kubelet").read_text()
+K3S_CONFIG = (KUBELET_DATA / "k3s-config.yaml").read_text()
 
 FILES = {
     "/var/lib/kubelet/config.yaml": KUBEADM_CONFIG,
