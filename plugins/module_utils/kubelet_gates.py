@@ -341,7 +341,7 @@ GATES_REMOVED = {
     "DefaultHostNetworkHostPortsInPodTemplates": ("1.28 D-", "1.29..1.31"),
     "DownwardAPIHugePages": ("1.28 G+!", "1.29..1.31"),
     "ExpandedDNSConfig": ("1.28 G+!", "1.29..1.31"),
-    "ExperimentalHostUserNamespaceDefaultingGate": ("1.28 D-!", "1.29..1.31"),
+    "ExperimentalHostUserNamespaceDefaulting": ("1.28 D-!", "1.29..1.31"),
     "GRPCContainerProbe": ("1.28 G+!", "1.29..1.31"),
     "InTreePluginAWSUnregister": ("1.28 A-", "1.29..1.31"),
     "InTreePluginAzureDiskUnregister": ("1.28 A-", "1.29..1.31"),
