@@ -200,11 +200,13 @@ def _normalize_list_strategy(errors, var, value):
 
 
 def _check_replicas(errors, var, value):
-    if not is_int(value) or value < 1:
+    # The device plugin refuses its whole config below 2 ("number of replicas must be >= 2",
+    # api/config/v1/replicas.go), and then the plugin, GFD and the MPS daemon all exit.
+    if not is_int(value) or value < 2:
         errors.add(
             var,
-            "%r is not allowed; allowed: an integer of 1 or more (how many "
-            "containers may share each device)" % (value,),
+            "%r is not allowed; allowed: an integer of 2 or more (how many "
+            "containers may share each device; the device plugin refuses fewer)" % (value,),
         )
         return False
     return True
@@ -245,7 +247,7 @@ def _normalize_sharing(errors, var, value, mig_strategy):
         if replicas is None:
             errors.add(
                 var + ".replicas",
-                "missing; %s needs replicas (an integer of 1 or more) "
+                "missing; %s needs replicas (an integer of 2 or more) "
                 "or a resources list" % strategy,
             )
             return None

@@ -185,6 +185,12 @@ BAD_INPUTS = [
     ),
     ({"sharing": {"strategy": "time-slicing", "replicas": 0}}, "gpu_cluster_sharing.replicas: 0"),
     ({"sharing": {"strategy": "time-slicing", "replicas": -2}}, "gpu_cluster_sharing.replicas: -2"),
+    # The device plugin refuses its whole config below 2 replicas, for time-slicing and MPS.
+    (
+        {"sharing": {"strategy": "time-slicing", "replicas": 1}},
+        "gpu_cluster_sharing.replicas: 1 is not allowed; allowed: an integer of 2 or more",
+    ),
+    ({"sharing": {"strategy": "mps", "replicas": 1}}, "gpu_cluster_sharing.replicas: 1"),
     ({"sharing": {"strategy": "mps"}}, "gpu_cluster_sharing.replicas: missing"),
     ({"sharing": {"strategy": "sliced"}}, "gpu_cluster_sharing.strategy: 'sliced'"),
     (
