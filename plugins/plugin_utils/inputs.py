@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_settings as cs
 from ansible_collections.kubegpu.gpu.plugins.module_utils import kubelet as kl
 from ansible_collections.kubegpu.gpu.plugins.module_utils import kubelet_labels as kll
 
@@ -136,8 +137,9 @@ def role_problems(
     rules: t.Mapping[str, t.Any] | None = None,
 ) -> list[str]:
     """One line per problem with the variables set for one role on one host: an unknown name
-    (with the closest known one), then what the argument specs refuse, then (kubelet_gpu) the
-    label, taint, settings and feature-gate checks that need no host."""
+    (with the closest known one), then what the argument specs refuse, then the checks that
+    need no host: kubelet_gpu's labels, taints, settings and feature gates, gpu_cluster's
+    settings as gpu_manifests checks them."""
     problems = []
     for name in sorted(set(given) - set(options)):
         close = difflib.get_close_matches(name, list(options), n=1)
@@ -156,7 +158,17 @@ def role_problems(
             problems.extend(format_problems(role, known, rules))
         if role == "kubelet_gpu" and not result.error_messages:
             problems.extend(kubelet_problems(known))
+        if role == "gpu_cluster" and not result.error_messages:
+            problems.extend(cluster_problems(known))
     return problems
+
+
+def cluster_problems(given: dict[str, t.Any]) -> list[str]:
+    """What gpu_manifests refuses of the gpu_cluster settings before it reads the cluster (the
+    device plugin's rules: sharing, MIG, quotas, ...), each naming the inventory variable."""
+    prefix = "gpu_cluster_"
+    _, errors = cs.validate_config({name[len(prefix) :]: value for name, value in given.items()})
+    return list(errors)
 
 
 def kubelet_problems(given: dict[str, t.Any]) -> list[str]:

@@ -99,6 +99,13 @@ CASES = [
         "argument 'container_runtime_restart' is of type str and we were unable to convert to bool",
     ),
     (
+        # The device plugin refuses fewer than 2 replicas; gpu_manifests' own check, made on
+        # the controller before any node changes.
+        {"gpu_cluster_sharing": {"strategy": "time-slicing", "replicas": 1}},
+        {},
+        "gpu_cluster_sharing.replicas: 1 is not allowed; allowed: an integer of 2 or more",
+    ),
+    (
         {"gpu_tenancy_tenants": "vision"},
         {},
         "Elements value for option 'gpu_tenancy_tenants' is of type str and we were unable to"
@@ -164,6 +171,8 @@ def test_good_input_passes_the_controller_check() -> None:
         ("nvidia_driver", {"nvidia_driver_branch": "580", "nvidia_driver_version": "580.95.05"}),
         ("cuda_toolkit", {"cuda_toolkit_version": "12.8"}),
         ("nvidia_container_toolkit", {"nvidia_container_toolkit_version": "1.18.*"}),
+        ("gpu_cluster", {}),
+        ("gpu_cluster", {"gpu_cluster_sharing": {"strategy": "time-slicing", "replicas": 4}}),
     ):
         options, rules = inputs.load_options(roles, role), inputs.load_rules(roles, role)
         assert inputs.role_problems(role, options, given, rules) == [], role
