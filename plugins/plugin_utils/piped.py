@@ -216,3 +216,68 @@ class PipedAction(ActionBase):
         if done["rc"] != 0:
             raise ValueError(f"rc {done['rc']}: {done['stderr']}")
         return done
+
+
+# The message of a non-zero rc, in both ways of running: ansible.builtin.command's up to
+# ansible-core 2.19. ansible-core 2.21's command words it as the second text below, which the run
+# through the module turns back into this one, so that a result reads the same on every release.
+NONZERO_MSG = "non-zero return code"
+_COMMAND_NONZERO_MSGS = (NONZERO_MSG, "The command exited with a non-zero return code.")
+
+
+def read_command(
+    action: t.Any, script: str, argv: t.Sequence[str], task_vars: dict[str, t.Any] | None
+) -> dict[str, t.Any]:
+    """What ansible.builtin.command returns for `sh -c SCRIPT sh ARGV...` (rc, stdout, stderr
+    and their lines; failed and msg on a non-zero rc): through the connection where it
+    pipelines, else through ansible.builtin.command, in check mode too (a read changes nothing)."""
+    if can_pipe(action):
+        return _read_piped(action, script, argv)
+    return _read_with_command(action, script, argv, task_vars)
+
+
+def _read_piped(action: t.Any, script: str, argv: t.Sequence[str]) -> dict[str, t.Any]:
+    done = run_script(action, script, argv, action._compute_environment_string())
+    # As ansible.builtin.command: trailing line ends stripped, the lines split.
+    stdout = done["stdout"].rstrip("\r\n")
+    stderr = done["stderr"].rstrip("\r\n")
+    outcome: dict[str, t.Any] = {
+        "rc": done["rc"],
+        "stdout": stdout,
+        "stderr": stderr,
+        "stdout_lines": stdout.splitlines(),
+        "stderr_lines": stderr.splitlines(),
+    }
+    if done["rc"] != 0:
+        outcome["failed"] = True
+        outcome["msg"] = NONZERO_MSG
+    return outcome
+
+
+def _read_with_command(
+    action: t.Any, script: str, argv: t.Sequence[str], task_vars: dict[str, t.Any] | None
+) -> dict[str, t.Any]:
+    # ansible.builtin.command skips itself in check mode; a read runs in both modes.
+    check_mode = action._task.check_mode
+    action._task.check_mode = False
+    try:
+        done = action._execute_module(
+            module_name="ansible.builtin.command",
+            # Passed as written, as the piped run passes them ($HOME stays $HOME).
+            module_args={
+                "argv": ["sh", "-c", script, "sh", *argv],
+                "expand_argument_vars": False,
+            },
+            task_vars=task_vars,
+        )
+    finally:
+        action._task.check_mode = check_mode
+    # The same keys as the piped run: command's timing, command line and (on a non-zero
+    # rc) its traceback placeholder are left out.
+    for noise in ("changed", "cmd", "start", "end", "delta", "invocation", "exception"):
+        done.pop(noise, None)
+    if not done.get("msg"):
+        done.pop("msg", None)
+    elif done.get("rc") and done["msg"] in _COMMAND_NONZERO_MSGS:
+        done["msg"] = NONZERO_MSG
+    return done

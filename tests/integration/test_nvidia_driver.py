@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # The task that records the driver's state where nothing else on the host differs, before the
 # role ends (roles/nvidia_driver/tasks/driver.yml).
-SETTLED_RECORD = "Record the driver state where nothing else on the host differs"
+SETTLED_RECORD = "Record the driver state where nothing on the host differs"
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER_VARS = {
@@ -293,12 +293,15 @@ def test_converge_changes_then_second_run_and_check_change_nothing(
         assert converged["check"]["stats"][node]["changed"] == 0, changed_tasks(
             converged["check"], node
         )
-        # Every package at its version and held: the package steps are left out as a whole; with
-        # nothing else to change the role records its state and ends, without evaluating the
-        # steps after the packages one by one.
+        # Every package at its version and held, nothing else to change: right after its read
+        # the role records its state and ends, without evaluating the version, package and
+        # configuration steps one by one.
         second = task_results(converged["second"], node)
-        assert second["Change, install or hold the driver packages"].get("skipped") is True
+        assert "Change, install or hold the driver packages" not in second
         assert "Install the driver packages at version" not in " ".join(second)
+        assert second["Read the APT state and the driver packages, and decide what moves"][
+            "at_target"
+        ]
         assert second[SETTLED_RECORD].get("skipped") is not True
         assert "Read the driver version that is installed now" not in second
 
@@ -442,7 +445,9 @@ def test_a_released_hold_is_put_back_and_nothing_else_changes(
     rc, again, _ = play(testbed, tmp, "nvidia_driver", DRIVER_VARS, limit=node)
     assert rc == 0, failures(again)
     assert changed_tasks(again, node) == []
-    assert task_results(again, node)["Change, install or hold the driver packages"]["skipped"]
+    settled = task_results(again, node)
+    assert "Change, install or hold the driver packages" not in settled
+    assert settled[SETTLED_RECORD].get("skipped") is not True
 
 
 def test_a_loaded_nouveau_is_recorded_as_a_pending_reboot(

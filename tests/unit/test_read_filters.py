@@ -1,11 +1,13 @@
-"""kubegpu.gpu.matching_fields and kubegpu.gpu.apt_component_sources, the Python filters that
-replaced Jinja pipelines of the nvidia_driver role's vars/main.yml.
+"""The first reads of the nvidia_driver and nvidia_container_toolkit roles: what the roles make of
+them must be what the Jinja pipelines that decided it before made of them.
 
 The proof is parity: one play, on one localhost pretend host per case, loads the role's own vars
-files and renders both the role's values (which now use the filters) and the Jinja expressions
-they replaced (kept verbatim below), through ansible-playbook, and every pair must be equal. The
-cases start from a real read of a testbed node (data/apt/SOURCES.md) and vary it the ways hosts
-differ. Direct calls cover the filters' errors."""
+files and renders both the role's values and the Jinja expressions they replaced (kept verbatim
+below, the oracle), through ansible-playbook, and every pair must be equal. The driver's values
+come from what kubegpu.gpu.nvidia_driver_apt answers for the read (module_utils
+nvidia_driver_apt.plan(), computed here); the toolkit's from the kubegpu.gpu.matching_fields
+filter. The cases start from a real read of a testbed node (data/apt/SOURCES.md) and vary it the
+ways hosts differ. Direct calls cover the filter's errors."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from typing import Any
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kubegpu.gpu.plugins.filter import apt_components, lines
+from ansible_collections.kubegpu.gpu.plugins.filter import lines
+from ansible_collections.kubegpu.gpu.plugins.module_utils import nvidia_driver_apt as apt
+from ansible_collections.kubegpu.gpu.plugins.module_utils.deb822 import deb822_source
 
 from tests.unit.test_nvidia_driver_roles import (
     OS_FACTS,
@@ -33,9 +37,8 @@ READ = (
 REAL = READ.splitlines()
 
 matching_fields = lines.FilterModule().filters()["matching_fields"]
-apt_component_sources = apt_components.FilterModule().filters()["apt_component_sources"]
 
-# The expressions of vars/main.yml before the filters, verbatim.
+# The expressions of the driver role's vars/main.yml before the action, verbatim.
 BEFORE = {
     "__nvidia_driver_helpers_missing": """{{ (['python3-apt']
       + (['gpg'] if (nvidia_driver_source != 'distribution' and __nvidia_driver_repo_key_fingerprint | length > 0) else []))
@@ -70,9 +73,29 @@ BEFORE = {
   {%- set _ = out.append(entry | combine({'name': own | basename ~ '-' ~ (gkey | hash('sha1'))[:8]})) -%}
   {%- endfor -%}
   {{ out }}""",
+    "__nvidia_driver_source_files": """
+{%- set files = [] -%}
+{%- set own = __nvidia_driver_apt_read.stdout_lines | select('match', '^own-source ')
+              | map('regex_replace', '^own-source ', '') | list -%}
+{%- set wanted = [] -%}
+{%- for entry in __nvidia_driver_distribution_sources -%}
+{%- set path = '/etc/apt/sources.list.d/' ~ entry['name'] ~ '.sources' -%}
+{%- set content = {'name': entry['name'], 'types': ['deb'], 'uris': [entry['uri']],
+                   'suites': entry['suites'], 'components': entry['components'],
+                   'signed_by': __nvidia_driver_distribution_keyring} | kubegpu.gpu.deb822_source -%}
+{%- set _ = wanted.append(path) -%}
+{%- if (path ~ ' ' ~ content | hash('sha256') ~ ' 644') not in own -%}
+{%- set _ = files.append({'path': path, 'content': content, 'mode': '0644'}) -%}
+{%- endif -%}
+{%- endfor -%}
+{%- for line in own if (line.split(' ') | first) not in wanted -%}
+{%- set _ = files.append({'path': line.split(' ') | first, 'state': 'absent'}) -%}
+{%- endfor -%}
+{{ files }}""",
 }
-# Values that read the ones above, unchanged themselves: rendered on top of each side.
-DEPENDENTS = ["__nvidia_driver_source_files"]
+# Rendered on the side before only: the action answers it as part of source_files now.
+BEFORE_ONLY = ["__nvidia_driver_distribution_sources"]
+DEPENDENTS: list[str] = []
 
 OWN = "/etc/apt/sources.list.d/kubegpu-nvidia-distribution-ef5c2992.sources:1"
 
@@ -170,7 +193,6 @@ def render_both(
     vars/main.yml as it is, and with a copy whose `before` values are the old expressions.
     Returns case -> (values before, values now)."""
     old = yaml.safe_load((vars_dir / "main.yml").read_text())
-    assert set(before) <= set(old)
     old.update(before)
     old_file = tmp_path / "main-before.yml"
     old_file.write_text(yaml.safe_dump(old, sort_keys=False))
@@ -225,17 +247,62 @@ def driver(
             # What __nvidia_driver_repo_key_fingerprint (vars/main.yml) reads.
             "nvidia_driver_mirror_key_fingerprint": settings.get("fake_fingerprint", ""),
             "nvidia_driver_cuda_repo_key_fingerprint": settings.get("fake_fingerprint", ""),
+            "apt_answer": _answer(read, settings),
         }
         for name, (read, settings) in CASES.items()
     }
-    return render_both(
+    rendered = render_both(
         tmp_path_factory.mktemp("driver-reads"),
         ROLES / "nvidia_driver" / "vars",
         BEFORE,
         [*BEFORE, *DEPENDENTS],
         hosts,
-        {"__nvidia_driver_apt_read": {"stdout_lines": "{{ read_lines }}"}},
+        {
+            "__nvidia_driver_apt_read": {"stdout_lines": "{{ read_lines }}"},
+            "__nvidia_driver_apt": "{{ apt_answer }}",
+            # Stands in on the side now, which has no such value: the action's sources.
+            "__nvidia_driver_distribution_sources": "{{ apt_answer.sources }}",
+        },
     )
+    return rendered
+
+
+def _answer(read: list[str], settings: dict[str, Any]) -> dict[str, Any]:
+    """What kubegpu.gpu.nvidia_driver_apt answers for the read on a Debian 12 host, with the
+    role's Debian values, and the archive sources component_sources() found."""
+    source = settings.get("nvidia_driver_source", "distribution")
+    keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+    own = "/etc/apt/sources.list.d/kubegpu-nvidia-distribution"
+    suites = ["bookworm", "bookworm-updates", "bookworm-security"]
+    components = ["contrib", "non-free", "non-free-firmware"]
+    given = {
+        "source": source,
+        "release": "bookworm",
+        "helpers": ["python3-apt"]
+        + (["gpg"] if source != "distribution" and settings.get("fake_fingerprint") else []),
+        "version_package": "nvidia-driver",
+        "packages": [],
+        "extra_packages": [],
+        "version": "",
+        "branch": "535",
+        "allow_version_change": False,
+        "own": own,
+        "suites": suites,
+        "components": components,
+        "source_text": lambda entry: deb822_source(
+            {
+                "name": entry["name"],
+                "types": ["deb"],
+                "uris": [entry["uri"]],
+                "suites": entry["suites"],
+                "components": entry["components"],
+                "signed_by": keyring,
+            }
+        ),
+    }
+    answer = apt.plan("\n".join([*read, apt.VERSION_READ]), given)
+    answer["sources"] = apt.component_sources(read, suites, components, own)
+    return answer
 
 
 def test_the_driver_cases_reach_every_branch(
@@ -466,19 +533,3 @@ def test_matching_fields_refuses_what_it_cannot_read(
 ) -> None:
     with pytest.raises(AnsibleFilterError, match=message):
         matching_fields(*args, **kwargs)
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (("lines", ["s"], ["c"], "/own"), "the input"),
-        ((["a b c d"], "s", ["c"], "/own"), "suites"),
-        ((["a b c d"], ["s"], [1], "/own"), "components"),
-        ((["a b c d"], ["s"], ["c"], None), "own"),
-    ],
-)
-def test_apt_component_sources_refuses_what_it_cannot_read(
-    args: tuple[Any, ...], message: str
-) -> None:
-    with pytest.raises(AnsibleFilterError, match=message):
-        apt_component_sources(*args)

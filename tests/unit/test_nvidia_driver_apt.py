@@ -1,14 +1,11 @@
-"""kubegpu.gpu.nvidia_driver_versions and kubegpu.gpu.nvidia_driver_package_plan, the Python
-filters that replaced the Jinja pipelines of two set_fact tasks of the nvidia_driver role's
-tasks/install-Debian.yml ("Work out the installed, offered and target driver versions" and
-"Decide which packages move to the new driver version").
+"""plugins/module_utils/nvidia_driver_apt.py: the nvidia_driver role's Debian and Ubuntu
+decisions, from what the action kubegpu.gpu.nvidia_driver_apt reads.
 
-The proof is parity: ansible-core's Templar renders each task's arguments twice, as the task
-file has them now (read from the file, with its task vars) and as they were before the filters
-(kept verbatim below), with the role's own vars/main.yml values they read, and every fact must
-have the same value and type. The reads are what the role's dpkg-query and apt-cache policy
-commands print on Debian 12 and Ubuntu 24.04, varied the ways hosts differ. Direct calls cover
-the filters' errors."""
+The versions and the package plan are proven by parity with an independent oracle: the Jinja
+pipelines that decided them in the role before (kept verbatim below), rendered by ansible-core's
+Templar, must give what plan() gives for the same read, on every case. The reads are what the
+role's dpkg-query and apt-cache policy commands print on Debian 12 and Ubuntu 24.04, varied the
+ways hosts differ. Direct tests cover the package names, the read's sections and the errors."""
 
 from __future__ import annotations
 
@@ -27,17 +24,15 @@ from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
 from ansible.utils.collection_loader import AnsibleCollectionConfig
 from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
-from ansible_collections.kubegpu.gpu.plugins.filter import driver_packages, driver_versions
+from ansible_collections.kubegpu.gpu.plugins.filter import driver_packages
+from ansible_collections.kubegpu.gpu.plugins.module_utils import nvidia_driver_apt as apt
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "nvidia_driver"
-VERSIONS_TASK = "Work out the installed, offered and target driver versions"
-PLAN_TASK = "Decide which packages move to the new driver version"
+FILTERS = driver_packages.FilterModule().filters()
 
-nvidia_driver_versions = driver_versions.FilterModule().filters()["nvidia_driver_versions"]
-nvidia_driver_package_plan = driver_packages.FilterModule().filters()["nvidia_driver_package_plan"]
-
-# The two tasks' arguments and vars before the filters, verbatim.
+# The two set_fact tasks that decided the versions and the package plan in the role's
+# tasks/install-Debian.yml before plan() did, verbatim: the oracle.
 BEFORE_VERSIONS = yaml.safe_load(r"""
 args:
   __nvidia_driver_installed_row: "{{ __nvidia_driver_row }}"
@@ -114,9 +109,11 @@ vars:
 ROLE_VARS = (
     "__nvidia_driver_upstream_regex",
     "__nvidia_driver_first_group",
-    "__nvidia_driver_version_changing",
-    "__nvidia_driver_version_output",
 )
+# vars/main.yml's __nvidia_driver_version_changing as those tasks read it.
+VERSION_CHANGING = """{{ __nvidia_driver_installed_version | length > 0
+     and __nvidia_driver_target_version | length > 0
+     and __nvidia_driver_installed_version != __nvidia_driver_target_version }}"""
 
 
 def _collection_modules() -> list[str]:
@@ -147,26 +144,6 @@ def collection_loader() -> Iterator[None]:
             _AnsibleCollectionFinder._remove()
 
 
-def _task(name: str) -> dict[str, Any]:
-    """The task of install-Debian.yml with this name, wherever its blocks put it."""
-    found: list[dict[str, Any]] = []
-
-    def walk(tasks: list[dict[str, Any]]) -> None:
-        for task in tasks:
-            if task.get("name") == name:
-                found.append(task)
-            walk(task.get("block", []))
-
-    walk(yaml.safe_load((ROLE / "tasks" / "install-Debian.yml").read_text()))
-    assert len(found) == 1, f"{name!r}: {len(found)} tasks"
-    return found[0]
-
-
-def _now(name: str) -> dict[str, Any]:
-    task = _task(name)
-    return {"args": task["ansible.builtin.set_fact"], "vars": task.get("vars", {})}
-
-
 def _trusted(value: Any) -> Any:
     if isinstance(value, str):
         return trust_as_template(value)
@@ -177,8 +154,7 @@ def _trusted(value: Any) -> Any:
     return value
 
 
-# The role's value the old expressions read, before plugins/filter/driver_versions.py took it
-# over as _CANDIDATE.
+# The role's value the old expressions read.
 CANDIDATE_REGEX = r"Candidate: (\S+)"
 
 
@@ -187,6 +163,7 @@ def _role_vars() -> dict[str, Any]:
     return {
         **{name: data[name] for name in ROLE_VARS},
         "__nvidia_driver_candidate_regex": CANDIDATE_REGEX,
+        "__nvidia_driver_version_changing": VERSION_CHANGING,
     }
 
 
@@ -395,10 +372,6 @@ CASES: dict[str, dict[str, Any]] = {
         OLD_READ,
         branch="550",
     ),
-    "the branch given as a number does not compare equal": _inputs(
-        OLD_READ,
-        branch=535,
-    ),
     "allow_change as a string": _inputs(
         _version_read(f"ii |{D535}", _policy("nvidia-driver", D535, D535), _debian_rows(D535)),
         allow="yes",
@@ -493,7 +466,7 @@ CASES: dict[str, dict[str, Any]] = {
     ),
 }
 
-# Inputs that fail the original expressions fail the filters too (the second read's
+# Reads that failed the original expressions fail plan() too (the second read's
 # installed lines with too few fields, when the version changes).
 FAILING: dict[str, dict[str, Any]] = {
     "an installed line of the second read without its source": _inputs(
@@ -511,13 +484,44 @@ FAILING: dict[str, dict[str, Any]] = {
 }
 
 
+def _plan(variables: dict[str, Any]) -> dict[str, Any]:
+    """plan() of the read the case's version read stands for (the version read inside the
+    action's read, between its markers), with the case's settings, as the role's facts."""
+    read = variables["__nvidia_driver_version_reads"]
+    every = variables["__nvidia_driver_all_packages"]
+    settings = {
+        "source": "cuda_repo",
+        "release": "bookworm",
+        "helpers": [],
+        "version_package": variables["__nvidia_driver_version_package"],
+        "packages": variables["__nvidia_driver_versioned_packages"]
+        + variables["__nvidia_driver_fm_packages"],
+        "extra_packages": variables["__nvidia_driver_extra_packages"],
+        "version": variables["nvidia_driver_version"],
+        "branch": variables["nvidia_driver_branch"],
+        "allow_version_change": variables["nvidia_driver_allow_version_change"] in (True, "yes"),
+    }
+    stdout = "\n".join(
+        ["package-lists-age 10", apt.VERSION_READ, read["stdout"], apt.VERSION_READ_OK]
+    )
+    answer = apt.plan(stdout, settings, None if every.get("skipped") else every["stdout_lines"])
+    return {
+        "__nvidia_driver_installed_row": answer["row"],
+        "__nvidia_driver_installed_version": answer["installed"],
+        "__nvidia_driver_candidate": answer["candidate"],
+        "__nvidia_driver_candidate_version": answer["candidate_version"],
+        "__nvidia_driver_target_version": answer["target"],
+        "__nvidia_driver_install_set": answer["install_set"],
+        "__nvidia_driver_unheld": answer["unheld"],
+        "__nvidia_driver_packages_at_target": answer["at_target"],
+    }
+
+
 def _both(variables: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The facts of both tasks, before and now; the second task reads the first's facts (the
-    ones from before, so both renders of the second task have the same inputs)."""
+    """The facts the two old tasks set, and what plan() decides."""
     before = _render(BEFORE_VERSIONS, variables)
-    now = _render(_now(VERSIONS_TASK), variables)
     facts = {**variables, **before}
-    return {**before, **_render(BEFORE_PLAN, facts)}, {**now, **_render(_now(PLAN_TASK), facts)}
+    return {**before, **_render(BEFORE_PLAN, facts)}, _plan(variables)
 
 
 def _plain_type(value: Any) -> type:
@@ -532,47 +536,12 @@ def _case(case: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.usefixtures("collection_loader")
-def test_the_filters_set_what_the_jinja_pipelines_set(case: str) -> None:
+def test_plan_decides_what_the_jinja_pipelines_decided(case: str) -> None:
     before, now = _case(case)
     assert set(now) == set(before)
     for name, value in before.items():
         assert now[name] == value, name
         assert _plain_type(now[name]) is _plain_type(value), name
-        if isinstance(value, list):
-            assert [_plain_type(item) for item in now[name]] == [
-                _plain_type(item) for item in value
-            ], name
-
-
-def _folded(variables: dict[str, Any]) -> dict[str, Any]:
-    """The same inputs when the first APT read made the version read (between its markers,
-    after lines of its own part) and the version read task was left out."""
-    read = variables["__nvidia_driver_version_reads"]
-    first = [
-        "helper gpg ii ",
-        "helper python3-apt ii ",
-        "package-lists-age 120",
-        "http://archive.example/debian/ bookworm main /etc/apt/sources.list.d/debian.sources:1",
-        "#version-read",
-        *read["stdout_lines"],
-        "#version-read-ok",
-    ]
-    return {
-        **variables,
-        "__nvidia_driver_version_reads": SKIPPED,
-        "__nvidia_driver_apt_read": _result("\n".join(first) + "\n"),
-    }
-
-
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.usefixtures("collection_loader")
-def test_the_first_reads_version_part_sets_what_the_version_read_sets(case: str) -> None:
-    """tasks/install-Debian.yml leaves the version read out when the first APT read made it."""
-    now = _case(case)[1]
-    variables = _folded(CASES[case])
-    versions = _render(_now(VERSIONS_TASK), variables)
-    folded = {**versions, **_render(_now(PLAN_TASK), {**variables, **versions})}
-    assert folded == now
 
 
 @pytest.mark.usefixtures("collection_loader")
@@ -594,12 +563,11 @@ def test_the_cases_cover_what_the_tasks_decide() -> None:
 
 @pytest.mark.parametrize("case", sorted(FAILING))
 @pytest.mark.usefixtures("collection_loader")
-def test_inputs_the_jinja_pipelines_fail_on_fail_the_filters(case: str) -> None:
+def test_reads_the_jinja_pipelines_failed_on_fail_plan(case: str) -> None:
     with pytest.raises(AnsibleError):
-        _both(FAILING[case])
-    before = _render(BEFORE_VERSIONS, FAILING[case])
-    with pytest.raises(AnsibleError, match="has no field"):
-        _render(_now(PLAN_TASK), {**FAILING[case], **before})
+        _render(BEFORE_PLAN, {**FAILING[case], **_render(BEFORE_VERSIONS, FAILING[case])})
+    with pytest.raises(apt.AptPlanError, match="has no field"):
+        _plan(FAILING[case])
 
 
 @pytest.mark.usefixtures("collection_loader")
@@ -615,45 +583,272 @@ def test_the_companions_are_the_source_packages_at_the_installed_version() -> No
     assert now["__nvidia_driver_packages_at_target"] is False
 
 
-@pytest.mark.parametrize(
-    ("read", "arguments", "message"),
-    [
-        ("text", ("", "535", False), "registered version read"),
-        ({"skipped": True}, ("", "535", False), "no stdout"),
-        (_result(""), (None, "535", False), "version is None"),
-        (_result(""), ("", "535", "false"), "bool filter"),
-    ],
-)
-def test_the_versions_filter_refuses_what_it_cannot_read(
-    read: Any, arguments: tuple[Any, ...], message: str
-) -> None:
-    with pytest.raises(AnsibleFilterError, match=message):
-        nvidia_driver_versions(read, *arguments)
+# --- package names ---------------------------------------------------------------------------
 
-
-PLAN_ARGUMENTS: dict[str, Any] = {
-    "packages": ["nvidia-driver"],
-    "extra_packages": [],
-    "version_package": "nvidia-driver",
-    "installed_row": "",
-    "target_version": "",
-    "changing": False,
+NAMES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "debian archive, proprietary, persistenced": (
+        {"distribution": "Debian", "os_family": "Debian", "source": "distribution"},
+        {
+            "version_package": "nvidia-driver",
+            "versioned": DEBIAN,
+            "extra": DEBIAN_EXTRA,
+            "pin": [],
+            "fabricmanager": "",
+            "stream": "",
+        },
+    ),
+    "debian archive, open, no persistenced": (
+        {
+            "distribution": "Debian",
+            "os_family": "Debian",
+            "source": "distribution",
+            "module_type": "open",
+            "persistenced": False,
+        },
+        {
+            "version_package": "nvidia-driver",
+            "versioned": ["nvidia-driver", "nvidia-open-kernel-dkms", "nvidia-smi", "libcuda1"],
+            "extra": ["firmware-misc-nonfree"],
+            "pin": [],
+            "fabricmanager": "",
+            "stream": "",
+        },
+    ),
+    "ubuntu archive, precompiled open": (
+        {
+            "distribution": "Ubuntu",
+            "os_family": "Debian",
+            "source": "distribution",
+            "module_type": "open",
+            "build": "precompiled",
+            "branch": "580",
+            "kernel": "6.8.0-45-generic",
+        },
+        {
+            "version_package": "libnvidia-compute-580-server",
+            "versioned": [
+                "nvidia-headless-no-dkms-580-server-open",
+                "nvidia-utils-580-server",
+                "nvidia-compute-utils-580-server",
+                "libnvidia-compute-580-server",
+            ],
+            "extra": [
+                "linux-modules-nvidia-580-server-open-6.8.0-45-generic",
+                "linux-modules-nvidia-580-server-open-generic",
+            ],
+            "pin": [],
+            "fabricmanager": "nvidia-fabricmanager-580",
+            "stream": "",
+        },
+    ),
+    "nvidia's repository on debian, branch 580: pinned, unversioned": (
+        {"distribution": "Debian", "os_family": "Debian", "source": "cuda_repo", "branch": "580"},
+        {
+            "version_package": "cuda-drivers",
+            "versioned": ["cuda-drivers"],
+            "extra": [],
+            "pin": ["nvidia-driver-pinning-580"],
+            "fabricmanager": "nvidia-fabricmanager-580",
+            "stream": "",
+        },
+    ),
+    "a mirror before branch 580: the names carry the branch": (
+        {
+            "distribution": "Ubuntu",
+            "os_family": "Debian",
+            "source": "mirror",
+            "module_type": "open",
+            "branch": "570",
+        },
+        {
+            "version_package": "nvidia-open-570",
+            "versioned": ["nvidia-open-570"],
+            "extra": [],
+            "pin": [],
+            "fabricmanager": "nvidia-fabricmanager-570",
+            "stream": "",
+        },
+    ),
+    "rhel, dkms: the stream names the flavour": (
+        {"distribution": "RedHat", "os_family": "RedHat", "source": "cuda_repo", "branch": "580"},
+        {
+            "version_package": "nvidia-driver",
+            "versioned": ["cuda-drivers"],
+            "extra": ["python3-dnf-plugin-versionlock"],
+            "pin": [],
+            "fabricmanager": "nvidia-fabric-manager",
+            "stream": "580-dkms",
+        },
+    ),
+    "packages and a fabric manager package given": (
+        {
+            "distribution": "Debian",
+            "os_family": "Debian",
+            "source": "cuda_repo",
+            "branch": "580",
+            "packages": ["my-driver", "my-utils"],
+            "fabricmanager_package": "my-fm",
+        },
+        {
+            "version_package": "my-driver",
+            "versioned": ["my-driver", "my-utils"],
+            "extra": [],
+            "pin": [],
+            "fabricmanager": "my-fm",
+            "stream": "",
+        },
+    ),
 }
 
 
+@pytest.mark.parametrize("case", sorted(NAMES))
+def test_the_package_names_follow_distribution_source_flavour_and_branch(case: str) -> None:
+    given, expected = NAMES[case]
+    settings = {
+        "module_type": "proprietary",
+        "branch": "535",
+        "build": "dkms",
+        "kernel": "6.1.0-27-amd64",
+        "persistenced": True,
+        **given,
+    }
+    packages = settings.pop("packages", [])
+    assert FILTERS["nvidia_driver_packages"](packages, **settings) == expected
+
+
 @pytest.mark.parametrize(
-    ("lines", "changes", "message"),
-    [
-        ("text", {}, "the input"),
-        ([1], {}, "not a string"),
-        ([], {"packages": "nvidia-driver"}, "packages is a list"),
-        ([], {"all_packages": [None]}, "all_packages has an item"),
-        ([], {"target_version": None}, "target_version is None"),
-        ([], {"changing": "true"}, "bool filter"),
-    ],
+    ("packages", "persistenced", "message"),
+    [("nvidia-driver", True, "is a list"), ([], "yes", "bool filter")],
 )
-def test_the_plan_filter_refuses_what_it_cannot_read(
-    lines: Any, changes: dict[str, Any], message: str
+def test_the_names_filter_refuses_what_it_cannot_use(
+    packages: Any, persistenced: Any, message: str
 ) -> None:
     with pytest.raises(AnsibleFilterError, match=message):
-        nvidia_driver_package_plan(lines, **{**PLAN_ARGUMENTS, **changes})
+        FILTERS["nvidia_driver_packages"](
+            packages,
+            "Debian",
+            "Debian",
+            "distribution",
+            "proprietary",
+            "535",
+            "dkms",
+            "k",
+            persistenced,
+        )
+
+
+# --- the read --------------------------------------------------------------------------------
+
+SETTINGS: dict[str, Any] = {
+    "source": "distribution",
+    "release": "bookworm",
+    "helpers": ["python3-apt", "gpg"],
+    "version_package": "nvidia-driver",
+    "packages": DEBIAN,
+    "extra_packages": DEBIAN_EXTRA,
+    "version": "",
+    "branch": "535",
+    "allow_version_change": False,
+    "own": "/etc/apt/sources.list.d/kubegpu-nvidia-distribution",
+    "suites": ["bookworm", "bookworm-updates", "bookworm-security"],
+    "components": ["contrib", "non-free"],
+    "source_text": lambda entry: (
+        f"{entry['name']} {entry['uri']} {' '.join(entry['components'])}\n"
+    ),
+}
+
+
+def _read(head: list[str], version: list[str] | None, units: str = UNITS) -> str:
+    lines = [*head, apt.VERSION_READ]
+    if version is not None:
+        lines += [*version, apt.UNITS_MARK, *units.splitlines(), apt.VERSION_READ_OK]
+    return "\n".join(lines) + "\n"
+
+
+SETTLED_VERSION = [
+    f"hi |{D535}",
+    *_policy("nvidia-driver", D535, D535).splitlines(),
+    *_debian_rows(D535),
+]
+
+
+def test_a_settled_node_leaves_every_step_out() -> None:
+    head = [
+        "helper gpg ii ",
+        "helper python3-apt ii ",
+        "package-lists-age 120",
+        "http://archive.example/debian/ bookworm main /etc/apt/sources.list.d/debian.sources:1",
+        "http://archive.example/debian/ bookworm contrib /etc/apt/sources.list.d/debian.sources:1",
+        "http://archive.example/debian/ bookworm non-free /etc/apt/sources.list.d/debian.sources:1",
+    ]
+    answer = apt.plan(_read(head, SETTLED_VERSION), SETTINGS)
+    assert answer["helpers_missing"] == []
+    assert answer["lists_age"] == 120
+    assert answer["archive_ok"] is True
+    assert answer["source_files"] == []
+    assert answer["version_read_ok"] is True
+    assert (answer["installed"], answer["target"], answer["changing"]) == (
+        "535.216.01",
+        "535.216.01",
+        False,
+    )
+    assert answer["at_target"] is True
+    assert answer["unheld"] == []
+    assert answer["held"] == DEBIAN
+    assert answer["needs_all_packages"] is False
+    assert answer["units"] == UNITS.rstrip("\n")
+
+
+def test_the_archive_and_the_own_sources_decide_the_source_files() -> None:
+    own = "/etc/apt/sources.list.d/kubegpu-nvidia-distribution"
+    entry = "/etc/apt/sources.list.d/debian.sources:1"
+    head = [
+        "helper python3-apt un ",
+        f"http://archive.example/debian/ bookworm main {entry}",
+        f"http://archive.example/debian/ bookworm-updates main {entry}",
+        f"http://archive.example/debian/ bookworm contrib {own}-0a1b2c3d.sources:1",
+        f"own-source {own}-0a1b2c3d.sources 00 644",
+    ]
+    answer = apt.plan(_read(head, None), SETTINGS)
+    assert answer["helpers_missing"] == ["python3-apt", "gpg"]
+    assert answer["lists_age"] == 999999
+    assert answer["version_read_ok"] is False
+    (wanted,) = apt.component_sources(head, SETTINGS["suites"], SETTINGS["components"], own)
+    assert (wanted["uri"], wanted["suites"], wanted["components"]) == (
+        "http://archive.example/debian/",
+        ["bookworm", "bookworm-updates"],
+        ["contrib", "non-free"],
+    )
+    assert answer["source_files"] == [
+        {
+            "path": f"/etc/apt/sources.list.d/{wanted['name']}.sources",
+            "content": SETTINGS["source_text"](wanted),
+            "mode": "0644",
+        },
+        {"path": f"{own}-0a1b2c3d.sources", "state": "absent"},
+    ]
+
+
+def test_an_archive_without_main_for_the_release_is_not_ok() -> None:
+    head = ["http://archive.example/debian/ bullseye main /etc/apt/sources.list:1"]
+    assert apt.plan(_read(head, SETTLED_VERSION), SETTINGS)["archive_ok"] is False
+    other = dict(SETTINGS, source="cuda_repo")
+    assert apt.plan(_read(head, SETTLED_VERSION), other)["archive_ok"] is True
+
+
+def test_a_read_that_stopped_before_the_version_read_is_an_error() -> None:
+    with pytest.raises(apt.AptPlanError, match="stopped early"):
+        apt.plan("helper gpg ii \n", SETTINGS)
+
+
+def test_the_read_arguments_name_each_package_once() -> None:
+    assert apt.read_argv(
+        "own", ["python3-apt"], "nvidia-driver", ["nvidia-driver", "libcuda1"]
+    ) == ["own", "python3-apt", "--", "nvidia-driver", "libcuda1"]
+
+
+def test_the_held_filter_reads_the_rows_after_the_install() -> None:
+    rows = ["libcuda1:amd64|hi |1|hold", "nvidia-smi|ii |1|install", "junk"]
+    assert FILTERS["nvidia_driver_held"](rows) == ["libcuda1"]
+    with pytest.raises(AnsibleFilterError, match="a list"):
+        FILTERS["nvidia_driver_held"]("libcuda1|hi |1|hold")
