@@ -100,10 +100,20 @@ def test_toolkit_version_format(repo_root: Path, version: str, ok: bool) -> None
     assert (re.match(regex, version) is not None) is ok
 
 
-@pytest.mark.parametrize("family", ["Debian", "RedHat"])
-def test_vendor_repository_defaults_point_to_nvidia(repo_root: Path, family: str) -> None:
-    values = load_yaml(repo_root / "roles/nvidia_container_toolkit/vars" / f"{family}.yml")
-    assert values["__nvidia_container_toolkit_vendor_repo_url"].startswith("https://")
-    assert "libnvidia-container" in values["__nvidia_container_toolkit_vendor_repo_url"]
-    assert values["__nvidia_container_toolkit_vendor_key_url"].startswith("https://")
-    assert all(k.startswith("__nvidia_container_toolkit_") for k in values)
+@pytest.mark.parametrize(
+    ("family", "manager", "kind"),
+    [("Debian", "apt", "/deb/$(ARCH)"), ("RedHat", "dnf", "/rpm/$basearch")],
+)
+def test_vendor_repository_defaults_point_to_nvidia(
+    repo_root: Path, family: str, manager: str, kind: str
+) -> None:
+    values = load_yaml(repo_root / "roles/nvidia_container_toolkit/vars/main.yml")
+    facts = {"ansible_facts": {"os_family": family}}
+
+    def render(name: str) -> str:
+        return jinja2.Environment().from_string(values[name]).render(facts).strip()
+
+    assert render("__nvidia_container_toolkit_pkg_mgr") == manager
+    url = render("__nvidia_container_toolkit_vendor_repo_url")
+    assert url == "https://nvidia.github.io/libnvidia-container/stable" + kind
+    assert render("__nvidia_container_toolkit_vendor_key_url").startswith("https://")
