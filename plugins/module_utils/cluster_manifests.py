@@ -3,10 +3,20 @@
 # Apache License 2.0 (see LICENSE)
 """The gpu_cluster layer's objects, rendered from a normalized config (cluster_settings.py).
 
-Everything here is a pure function of its arguments (no API calls, no files), so it is tested
-without a cluster and the role, its module and the tests all render the same objects:
+The objects themselves are data: one YAML file each in data/cluster/ (the DaemonSets of the
+device plugin, GPU Feature Discovery, the MPS control daemon and the DCGM exporter, their
+ServiceAccounts, RBAC, Service and ServiceMonitor, the RuntimeClass, the ConfigMap, quotas),
+with @@name@@ tokens for what varies (data_files.fill). This file decides only what logic
+decides: which objects a config gets, their labels and images, tolerations and node affinity
+from the settings, the device plugin's config files and their checksum, and the variations
+that MIG, CDI, MPS, time-slicing and named per-node configs (the config-manager) make.
 
-- render_manifests(config, capabilities) -> [manifest, ...] in apply order.
+Everything here is a pure function of its arguments (no API calls, no file reads), so it runs
+inside the gpu_manifests module, where AnsiballZ ships no data files: the module gets the
+templates as data from its action plugin, and the tests and other controller code read them
+with data_files.read_templates(TEMPLATE_FOLDER). All of them render the same objects:
+
+- render_manifests(config, templates, capabilities) -> [manifest, ...] in apply order.
 - device_plugin_config_file(settings) -> the device plugin's own config file (version v1).
 
 Facts about the NVIDIA device plugin's deployment (config-manager sidecar, volumes, env) were
@@ -22,7 +32,12 @@ from __future__ import absolute_import, division, print_function
 import hashlib
 import json
 
+from ansible_collections.kubegpu.gpu.plugins.module_utils.data_files import fill
+
 __metaclass__ = type
+
+# The folder of data/ that holds the objects' templates.
+TEMPLATE_FOLDER = "cluster"
 
 MANAGED_BY = "kubegpu"
 PART_OF = "kubegpu"
@@ -39,6 +54,8 @@ OWNED_SELECTOR = ",".join("%s=%s" % kv for kv in sorted(OWNED_LABELS.items()))
 # On the pods of the DaemonSets that read the device plugin config: a new config rolls them.
 CONFIG_CHECKSUM_ANNOTATION = "kubegpu.io/config-checksum"
 
+# The names of the objects, as their data files write them.
+
 DEVICE_PLUGIN_NAME = "nvidia-device-plugin"
 GFD_NAME = "gpu-feature-discovery"
 MPS_NAME = "nvidia-mps-control-daemon"
@@ -47,9 +64,6 @@ CONFIGMAP_NAME = "nvidia-device-plugin-configs"
 CLUSTER_ROLE_NAME = "kubegpu-nvidia-device-plugin"
 QUOTA_NAME = "kubegpu-gpu-quota"
 LIMIT_RANGE_NAME = "kubegpu-gpu-limits"
-CONFIG_DIR = "/config"
-CONFIG_FILE = CONFIG_DIR + "/config.yaml"
-AVAILABLE_CONFIGS_DIR = "/available-configs"
 
 
 # --- the device plugin's config file -------------------------------------------------------------
@@ -160,17 +174,6 @@ def _labels(name, component, version=None):
     return labels
 
 
-def selector_labels(name):
-    return {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": INSTANCE}
-
-
-def _meta(name, labels, namespace=None):
-    meta = {"name": name, "labels": labels}
-    if namespace is not None:
-        meta["namespace"] = namespace
-    return meta
-
-
 def _tolerations(config):
     toleration = {"key": config["gpu_taint_key"], "operator": "Exists"}
     if config["gpu_taint_effect"]:
@@ -198,34 +201,12 @@ def _gpu_node_affinity(config):
     }
 
 
-def _pod_spec_common(config, service_account):
-    spec = {
-        "serviceAccountName": service_account,
-        "priorityClassName": "system-node-critical",
-        "tolerations": _tolerations(config),
-        "affinity": _gpu_node_affinity(config),
-    }
-    if config["components_use_runtime_class"] and config["runtime_class_enabled"]:
-        spec["runtimeClassName"] = config["runtime_class_name"]
-    if config["image_pull_secrets"]:
-        spec["imagePullSecrets"] = [{"name": s} for s in config["image_pull_secrets"]]
-    return spec
-
-
 def _container_resources(block):
     out = {}
     for part in ("requests", "limits"):
         if block.get(part):
             out[part] = dict((k, v) for k, v in sorted(block[part].items()))
     return out
-
-
-def _env(name, value):
-    return {"name": name, "value": value}
-
-
-def _env_field(name, path):
-    return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
 
 
 def uses_config_manager(config):
@@ -253,67 +234,6 @@ def _security_context(config, privileged=False):
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def _config_manager(config, name, oneshot, process):
-    # No empty values (KUBECONFIG="" or SIGNAL="" as the upstream chart writes them): an unset
-    # variable means the same to config-manager (in-cluster config, no signal), and an applied
-    # empty string is dropped on storage, which makes server-side apply see a change every run.
-    env = [
-        _env("ONESHOT", "true" if oneshot else "false"),
-        _env_field("NODE_NAME", "spec.nodeName"),
-        _env("NODE_LABEL", config["device_plugin_config_label"]),
-        _env("CONFIG_FILE_SRCDIR", AVAILABLE_CONFIGS_DIR),
-        _env("CONFIG_FILE_DST", CONFIG_FILE),
-        _env("DEFAULT_CONFIG", config["device_plugin_default_config"]),
-        _env("FALLBACK_STRATEGIES", "named,single"),
-        _env("SEND_SIGNAL", "false" if oneshot else "true"),
-    ]
-    if not oneshot:
-        env += [_env("SIGNAL", "1"), _env("PROCESS_TO_SIGNAL", process)]  # 1: SIGHUP
-    container = {
-        "name": name,
-        "image": image_ref(config, "device_plugin"),
-        "imagePullPolicy": config["image_pull_policy"],
-        "command": ["config-manager"],
-        "env": env,
-        "volumeMounts": [
-            {"name": "available-configs", "mountPath": AVAILABLE_CONFIGS_DIR},
-            {"name": "config", "mountPath": CONFIG_DIR},
-        ],
-    }
-    if not oneshot:
-        container["securityContext"] = _security_context(config)
-    return container
-
-
-def _config_volumes(config):
-    """Volumes that carry the config file to /config/config.yaml."""
-    if uses_config_manager(config):
-        return [
-            {"name": "available-configs", "configMap": {"name": CONFIGMAP_NAME}},
-            {"name": "config", "emptyDir": {}},
-        ]
-    return [
-        {
-            "name": "config",
-            "configMap": {
-                "name": CONFIGMAP_NAME,
-                "items": [{"key": config["device_plugin_default_config"], "path": "config.yaml"}],
-            },
-        }
-    ]
-
-
-def _wire_config_manager(config, spec, containers, prefix, process):
-    """Add the config-manager init container and sidecar when named configs exist."""
-    if uses_config_manager(config):
-        spec["shareProcessNamespace"] = True
-        spec["initContainers"] = [_config_manager(config, prefix + "-init", True, process)]
-        containers.insert(0, _config_manager(config, prefix + "-sidecar", False, process))
-        spec["automountServiceAccountToken"] = True
-    else:
-        spec["automountServiceAccountToken"] = False
-
-
 def configmap_data(config):
     return dict(
         (name, to_yaml(device_plugin_config_file(settings)))
@@ -325,239 +245,135 @@ def _checksum(data):
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def _daemonset(config, name, component, version, spec):
-    labels = _labels(name, component, version)
-    template_meta = {"labels": labels}
-    template_meta["annotations"] = {CONFIG_CHECKSUM_ANNOTATION: _checksum(configmap_data(config))}
+def _template(templates, name):
+    try:
+        return templates[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            "kubegpu object template %r is missing: the templates are the YAML files of "
+            "plugins/module_utils/data/%s/, read on the controller by "
+            "data_files.read_templates (the action kubegpu.gpu.gpu_manifests passes them to "
+            "its module)" % (name, TEMPLATE_FOLDER)
+        ) from None
+
+
+def _render(templates, name, values):
+    return fill(_template(templates, name), values)
+
+
+def _daemonset_values(config, name, component, version, image):
+    """The values every DaemonSet template takes: its labels, where it runs, its image."""
+    runtime_class = config["components_use_runtime_class"] and config["runtime_class_enabled"]
     return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": _meta(name, labels, config["namespace"]),
-        "spec": {
-            "selector": {"matchLabels": selector_labels(name)},
-            "updateStrategy": {"type": "RollingUpdate"},
-            "template": {"metadata": template_meta, "spec": spec},
-        },
+        "labels": _labels(name, component, version),
+        "namespace": config["namespace"],
+        "tolerations": _tolerations(config),
+        "affinity": _gpu_node_affinity(config),
+        "runtime_class_name": config["runtime_class_name"] if runtime_class else None,
+        "image_pull_secrets": [{"name": s} for s in config["image_pull_secrets"]],
+        "image": image_ref(config, image),
+        "image_pull_policy": config["image_pull_policy"],
     }
 
 
-def _device_plugin_daemonset(config):
-    version = config["device_plugin_version"]
-    privileged = _any(config, lambda s: s["pass_device_specs"])
-    env = [_env("MPS_ROOT", config["mps_root"]), _env("CONFIG_FILE", CONFIG_FILE)]
-    if _any(config, lambda s: s["mig_strategy"] != "none"):
-        env.append(_env("NVIDIA_MIG_MONITOR_DEVICES", "all"))
-    cdi = _any(config, lambda s: any(x.startswith("cdi-") for x in s["device_list_strategy"]))
-    if cdi:
-        # CDI specs name the driver's files as the host has them: the plugin reads them under
-        # /driver-root and writes specs with NVIDIA_DRIVER_ROOT as their host path.
-        env.append(_env("NVIDIA_DRIVER_ROOT", config["driver_root"]))
-    env += [
-        _env("NVIDIA_VISIBLE_DEVICES", "all"),
-        _env("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
-    ]
-    mounts = [
-        {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"},
-        {"name": "mps-shm", "mountPath": "/dev/shm"},
-        {"name": "mps-root", "mountPath": "/mps"},
-        {"name": "cdi-root", "mountPath": "/var/run/cdi"},
-        {"name": "config", "mountPath": CONFIG_DIR},
-    ]
-    if uses_config_manager(config):
-        mounts.append({"name": "available-configs", "mountPath": AVAILABLE_CONFIGS_DIR})
-    if cdi:
-        mounts.append({"name": "driver-root", "mountPath": "/driver-root", "readOnly": True})
-    container = {
-        "name": "nvidia-device-plugin-ctr",
-        "image": image_ref(config, "device_plugin"),
-        "imagePullPolicy": config["image_pull_policy"],
-        "command": ["nvidia-device-plugin"],
-        "env": env,
-        "securityContext": _security_context(config, privileged),
-        "volumeMounts": mounts,
-    }
-    resources = _container_resources(config["device_plugin_resources"])
-    if resources:
-        container["resources"] = resources
-    containers = [container]
-    spec = _pod_spec_common(config, DEVICE_PLUGIN_NAME)
-    _wire_config_manager(config, spec, containers, "nvidia-device-plugin", "nvidia-device-plugin")
-    spec["containers"] = containers
-    spec["volumes"] = [
-        {
-            "name": "device-plugin",
-            "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"},
-        },
-        {"name": "mps-root", "hostPath": {"path": config["mps_root"], "type": "DirectoryOrCreate"}},
-        {"name": "mps-shm", "hostPath": {"path": config["mps_root"] + "/shm"}},
-        {"name": "cdi-root", "hostPath": {"path": "/var/run/cdi", "type": "DirectoryOrCreate"}},
-        *_config_volumes(config),
-    ]
-    if cdi:
-        spec["volumes"].append(
-            {
-                "name": "driver-root",
-                "hostPath": {"path": config["driver_root"], "type": "Directory"},
-            }
-        )
-    return _daemonset(config, DEVICE_PLUGIN_NAME, "device-plugin", version, spec)
+# The DaemonSets that read the device plugin config, by name: their component label, the
+# name prefix of their config-manager containers and the process the sidecar signals.
+_CONFIG_READERS = {
+    DEVICE_PLUGIN_NAME: ("device-plugin", "nvidia-device-plugin", "nvidia-device-plugin"),
+    GFD_NAME: ("gpu-feature-discovery", "gpu-feature-discovery", "gpu-feature-discovery"),
+    MPS_NAME: ("mps-control-daemon", "mps-control-daemon", "/usr/bin/mps-control-daemon"),
+}
 
 
-def _gfd_daemonset(config):
-    version = config["device_plugin_version"]
-    env = [
-        _env_field("NODE_NAME", "spec.nodeName"),
-        _env_field("NAMESPACE", "metadata.namespace"),
-        _env_field("POD_NAME", "metadata.name"),
-        _env("GFD_SLEEP_INTERVAL", config["gfd_sleep_interval"]),
-        _env("CONFIG_FILE", CONFIG_FILE),
-    ]
-    if _any(config, lambda s: s["mig_strategy"] != "none"):
-        env.append(_env("NVIDIA_MIG_MONITOR_DEVICES", "all"))
-    mounts = [
-        {"name": "output-dir", "mountPath": "/etc/kubernetes/node-feature-discovery/features.d"},
-        {"name": "host-sys", "mountPath": "/sys"},
-        {"name": "config", "mountPath": CONFIG_DIR},
-    ]
-    if uses_config_manager(config):
-        mounts.append({"name": "available-configs", "mountPath": AVAILABLE_CONFIGS_DIR})
-    container = {
-        "name": "gpu-feature-discovery-ctr",
-        "image": image_ref(config, "device_plugin"),
-        "imagePullPolicy": config["image_pull_policy"],
-        "command": ["gpu-feature-discovery"],
-        "env": env,
-        "securityContext": _security_context(config),
-        "volumeMounts": mounts,
-    }
-    resources = _container_resources(config["gfd_resources"])
-    if resources:
-        container["resources"] = resources
-    containers = [container]
-    spec = _pod_spec_common(config, GFD_NAME)
-    _wire_config_manager(config, spec, containers, "gpu-feature-discovery", "gpu-feature-discovery")
-    spec["containers"] = containers
-    spec["volumes"] = [
-        {
-            "name": "output-dir",
-            "hostPath": {
-                "path": "/etc/kubernetes/node-feature-discovery/features.d",
-                "type": "DirectoryOrCreate",
-            },
-        },
-        {"name": "host-sys", "hostPath": {"path": "/sys", "type": "Directory"}},
-        *_config_volumes(config),
-    ]
-    return _daemonset(config, GFD_NAME, "gpu-feature-discovery", version, spec)
-
-
-def _mps_daemonset(config):
-    """The MPS control daemon, on nodes GFD labels nvidia.com/mps.capable=true."""
-    version = config["device_plugin_version"]
-    env = [_env_field("NODE_NAME", "spec.nodeName"), _env("CONFIG_FILE", CONFIG_FILE)]
-    if _any(config, lambda s: s["mig_strategy"] != "none"):
-        env.append(_env("NVIDIA_MIG_MONITOR_DEVICES", "all"))
-    env += [
-        _env("NVIDIA_VISIBLE_DEVICES", "all"),
-        _env("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
-    ]
-    mounts = [
-        {"name": "mps-shm", "mountPath": "/dev/shm"},
-        {"name": "mps-root", "mountPath": "/mps"},
-        {"name": "config", "mountPath": CONFIG_DIR},
-    ]
-    if uses_config_manager(config):
-        mounts.append({"name": "available-configs", "mountPath": AVAILABLE_CONFIGS_DIR})
-    containers = [
-        {
-            "name": "mps-control-daemon-ctr",
-            "image": image_ref(config, "device_plugin"),
-            "imagePullPolicy": config["image_pull_policy"],
-            "command": ["mps-control-daemon"],
-            "env": env,
-            "securityContext": {"privileged": True},
-            "volumeMounts": mounts,
-        }
-    ]
-    spec = _pod_spec_common(config, DEVICE_PLUGIN_NAME)
-    spec["nodeSelector"] = {"nvidia.com/mps.capable": "true"}
-    _wire_config_manager(
-        config, spec, containers, "mps-control-daemon", "/usr/bin/mps-control-daemon"
+def _config_reader_values(config, templates, name):
+    """The values of a DaemonSet that reads the device plugin config: the config's checksum
+    (a new config rolls its pods), how the config reaches it (the default one mounted from the
+    ConfigMap, or the config-manager's init container and sidecar where named configs exist)
+    and whether a config uses MIG."""
+    component, prefix, process = _CONFIG_READERS[name]
+    values = _daemonset_values(
+        config, name, component, config["device_plugin_version"], "device_plugin"
     )
-    spec["initContainers"] = [
-        {
-            "name": "mps-control-daemon-mounts",
-            "image": image_ref(config, "device_plugin"),
-            "imagePullPolicy": config["image_pull_policy"],
-            "command": ["mps-control-daemon", "mount-shm"],
-            "securityContext": {"privileged": True},
-            "volumeMounts": [
-                {"name": "mps-root", "mountPath": "/mps", "mountPropagation": "Bidirectional"}
-            ],
-        },
-        *spec.get("initContainers", []),
-    ]
-    spec["containers"] = containers
-    spec["volumes"] = [
-        {"name": "mps-root", "hostPath": {"path": config["mps_root"], "type": "DirectoryOrCreate"}},
-        {"name": "mps-shm", "hostPath": {"path": config["mps_root"] + "/shm"}},
-        *_config_volumes(config),
-    ]
-    return _daemonset(config, MPS_NAME, "mps-control-daemon", version, spec)
-
-
-def _dcgm_daemonset(config):
-    version = config["dcgm_exporter_version"]
-    port = config["dcgm_exporter_port"]
-    container = {
-        "name": "dcgm-exporter",
-        "image": image_ref(config, "dcgm_exporter"),
-        "imagePullPolicy": config["image_pull_policy"],
-        "env": [
-            _env("DCGM_EXPORTER_LISTEN", ":%d" % port),
-            _env("DCGM_EXPORTER_KUBERNETES", "true"),
-            _env_field("NODE_NAME", "spec.nodeName"),
-        ],
-        "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
-        # Root with SYS_ADMIN: DCGM's profiling metrics (DCGM_FI_PROF_*) need it.
-        "securityContext": {
-            "runAsNonRoot": False,
-            "runAsUser": 0,
-            "capabilities": {"add": ["SYS_ADMIN"]},
-        },
-        "volumeMounts": [
-            {
-                "name": "pod-resources",
-                "mountPath": "/var/lib/kubelet/pod-resources",
-                "readOnly": True,
+    config_manager = uses_config_manager(config)
+    values.update(
+        config_checksum=_checksum(configmap_data(config)),
+        config_manager=config_manager,
+        one_config=not config_manager,
+        default_config=config["device_plugin_default_config"],
+        mig=_any(config, lambda s: s["mig_strategy"] != "none"),
+        mps_root=config["mps_root"],
+        security_context=_security_context(config),
+    )
+    if config_manager:
+        for oneshot in (True, False):
+            part = {
+                "name": prefix + ("-init" if oneshot else "-sidecar"),
+                "image": values["image"],
+                "image_pull_policy": values["image_pull_policy"],
+                "node_label": config["device_plugin_config_label"],
+                "default_config": values["default_config"],
+                "oneshot": "true" if oneshot else "false",
+                "send_signal": "false" if oneshot else "true",
+                "sidecar": not oneshot,
+                "process": process,
+                "security_context": None if oneshot else _security_context(config),
             }
-        ],
+            container = _render(templates, "config-manager-container", part)
+            values["config_manager_init" if oneshot else "config_manager_sidecar"] = container
+    return values
+
+
+def _device_plugin_daemonset(config, templates):
+    values = _config_reader_values(config, templates, DEVICE_PLUGIN_NAME)
+    values.update(
+        cdi=_any(config, lambda s: any(x.startswith("cdi-") for x in s["device_list_strategy"])),
+        driver_root=config["driver_root"],
+        security_context=_security_context(config, _any(config, lambda s: s["pass_device_specs"])),
+        resources=_container_resources(config["device_plugin_resources"]),
+    )
+    return _render(templates, "device-plugin-daemonset", values)
+
+
+def _gfd_daemonset(config, templates):
+    values = _config_reader_values(config, templates, GFD_NAME)
+    values.update(
+        sleep_interval=config["gfd_sleep_interval"],
+        resources=_container_resources(config["gfd_resources"]),
+    )
+    return _render(templates, "gpu-feature-discovery-daemonset", values)
+
+
+def _mps_daemonset(config, templates):
+    """The MPS control daemon, on nodes GFD labels nvidia.com/mps.capable=true."""
+    values = _config_reader_values(config, templates, MPS_NAME)
+    return _render(templates, "mps-control-daemon-daemonset", values)
+
+
+def _dcgm_daemonset(config, templates):
+    values = _daemonset_values(
+        config, DCGM_NAME, "dcgm-exporter", config["dcgm_exporter_version"], "dcgm_exporter"
+    )
+    values.update(
+        port=config["dcgm_exporter_port"],
+        resources=_container_resources(config["dcgm_exporter_resources"]),
+    )
+    return _render(templates, "dcgm-exporter-daemonset", values)
+
+
+def _service_account(config, templates, name, component, version):
+    values = {
+        "name": name,
+        "labels": _labels(name, component, version),
+        "namespace": config["namespace"],
     }
-    resources = _container_resources(config["dcgm_exporter_resources"])
-    if resources:
-        container["resources"] = resources
-    spec = _pod_spec_common(config, DCGM_NAME)
-    spec["automountServiceAccountToken"] = False
-    spec["containers"] = [container]
-    spec["volumes"] = [
-        {"name": "pod-resources", "hostPath": {"path": "/var/lib/kubelet/pod-resources"}}
-    ]
-    manifest = _daemonset(config, DCGM_NAME, "dcgm-exporter", version, spec)
-    # The exporter does not read the device plugin config: no checksum annotation.
-    del manifest["spec"]["template"]["metadata"]["annotations"]
-    return manifest
+    return _render(templates, "service-account", values)
 
 
-def _service_account(config, name, component, version):
-    return {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": _meta(name, _labels(name, component, version), config["namespace"]),
-    }
-
-
-def render_manifests(config, capabilities=None):
+def render_manifests(config, templates, capabilities=None):
     """Every object of the cluster layer, in apply order, for a normalized config.
+
+    templates: the YAML files of data/cluster/ by name (data_files.read_templates(
+    TEMPLATE_FOLDER) on the controller; the module gets them from its action plugin).
 
     capabilities (discovered from the cluster by the gpu_manifests module):
       service_monitor: the monitoring.coreos.com/v1 ServiceMonitor API exists;
@@ -570,164 +386,83 @@ def render_manifests(config, capabilities=None):
     dp_version = config["device_plugin_version"]
     out = []
     if caps["create_namespace"]:
-        out.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": ns, "labels": dict(NAMESPACE_LABELS)},
-            }
-        )
+        values = {"namespace": ns, "labels": dict(NAMESPACE_LABELS)}
+        out.append(_render(templates, "namespace", values))
     if config["runtime_class_enabled"] and caps["manage_runtime_class"]:
-        runtime_class = {
-            "apiVersion": "node.k8s.io/v1",
-            "kind": "RuntimeClass",
-            "metadata": {
-                "name": config["runtime_class_name"],
-                "labels": _labels("nvidia-runtime-class", "runtime-class"),
-            },
-            "handler": config["runtime_class_handler"],
-        }
         scheduling = {}
         if config["runtime_class_node_selector"]:
             scheduling["nodeSelector"] = dict(config["runtime_class_node_selector"])
         if config["runtime_class_tolerations"]:
             scheduling["tolerations"] = [dict(t) for t in config["runtime_class_tolerations"]]
-        if scheduling:
-            runtime_class["scheduling"] = scheduling
-        out.append(runtime_class)
+        values = {
+            "name": config["runtime_class_name"],
+            "labels": _labels("nvidia-runtime-class", "runtime-class"),
+            "handler": config["runtime_class_handler"],
+            "scheduling": scheduling,
+        }
+        out.append(_render(templates, "runtime-class", values))
     plugin_or_gfd = config["device_plugin_enabled"] or config["gfd_enabled"]
     if plugin_or_gfd:
-        out.append(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": _meta(
-                    CONFIGMAP_NAME, _labels(DEVICE_PLUGIN_NAME, "device-plugin", dp_version), ns
-                ),
-                "data": configmap_data(config),
-            }
-        )
+        values = {
+            "labels": _labels(DEVICE_PLUGIN_NAME, "device-plugin", dp_version),
+            "namespace": ns,
+            "data": configmap_data(config),
+        }
+        out.append(_render(templates, "device-plugin-configmap", values))
     if config["device_plugin_enabled"]:
-        out.append(_service_account(config, DEVICE_PLUGIN_NAME, "device-plugin", dp_version))
+        out.append(
+            _service_account(config, templates, DEVICE_PLUGIN_NAME, "device-plugin", dp_version)
+        )
     if config["gfd_enabled"]:
-        out.append(_service_account(config, GFD_NAME, "gpu-feature-discovery", dp_version))
+        out.append(
+            _service_account(config, templates, GFD_NAME, "gpu-feature-discovery", dp_version)
+        )
     if plugin_or_gfd and uses_config_manager(config):
         # The config-manager sidecars read their node's labels.
-        rbac_labels = _labels(DEVICE_PLUGIN_NAME, "device-plugin", dp_version)
-        out.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": CLUSTER_ROLE_NAME, "labels": rbac_labels},
-                "rules": [
-                    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
-                ],
-            }
-        )
-        subjects = []
-        if config["device_plugin_enabled"]:
-            subjects.append({"kind": "ServiceAccount", "name": DEVICE_PLUGIN_NAME, "namespace": ns})
-        if config["gfd_enabled"]:
-            subjects.append({"kind": "ServiceAccount", "name": GFD_NAME, "namespace": ns})
-        out.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": CLUSTER_ROLE_NAME, "labels": rbac_labels},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": CLUSTER_ROLE_NAME,
-                },
-                "subjects": subjects,
-            }
-        )
+        values = {
+            "labels": _labels(DEVICE_PLUGIN_NAME, "device-plugin", dp_version),
+            "namespace": ns,
+            "device_plugin": config["device_plugin_enabled"],
+            "gfd": config["gfd_enabled"],
+        }
+        out.append(_render(templates, "config-manager-clusterrole", values))
+        out.append(_render(templates, "config-manager-clusterrolebinding", values))
     if config["device_plugin_enabled"]:
-        out.append(_device_plugin_daemonset(config))
+        out.append(_device_plugin_daemonset(config, templates))
         if _any(config, lambda s: s["sharing"]["strategy"] == "mps"):
-            out.append(_mps_daemonset(config))
+            out.append(_mps_daemonset(config, templates))
     if config["gfd_enabled"]:
-        out.append(_gfd_daemonset(config))
+        out.append(_gfd_daemonset(config, templates))
     if config["dcgm_exporter_enabled"]:
         dcgm_version = config["dcgm_exporter_version"]
         labels = _labels(DCGM_NAME, "dcgm-exporter", dcgm_version)
-        out.append(_service_account(config, DCGM_NAME, "dcgm-exporter", dcgm_version))
-        out.append(_dcgm_daemonset(config))
-        out.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": _meta(DCGM_NAME, labels, ns),
-                "spec": {
-                    "type": "ClusterIP",
-                    "selector": selector_labels(DCGM_NAME),
-                    "ports": [
-                        {
-                            "name": "metrics",
-                            "port": config["dcgm_exporter_port"],
-                            "targetPort": "metrics",
-                            "protocol": "TCP",
-                        }
-                    ],
-                },
-            }
-        )
+        out.append(_service_account(config, templates, DCGM_NAME, "dcgm-exporter", dcgm_version))
+        out.append(_dcgm_daemonset(config, templates))
+        values = {"labels": labels, "namespace": ns, "port": config["dcgm_exporter_port"]}
+        out.append(_render(templates, "dcgm-exporter-service", values))
         if config["dcgm_exporter_service_monitor"] and caps["service_monitor"]:
             sm_labels = dict(labels)
             sm_labels.update(config["dcgm_exporter_service_monitor_labels"])
-            out.append(
-                {
-                    "apiVersion": "monitoring.coreos.com/v1",
-                    "kind": "ServiceMonitor",
-                    "metadata": _meta(DCGM_NAME, sm_labels, ns),
-                    "spec": {
-                        "selector": {"matchLabels": selector_labels(DCGM_NAME)},
-                        "namespaceSelector": {"matchNames": [ns]},
-                        "endpoints": [
-                            {
-                                "port": "metrics",
-                                "path": "/metrics",
-                                "interval": config["dcgm_exporter_service_monitor_interval"],
-                            }
-                        ],
-                    },
-                }
-            )
+            values = {
+                "labels": sm_labels,
+                "namespace": ns,
+                "interval": config["dcgm_exporter_service_monitor_interval"],
+            }
+            out.append(_render(templates, "dcgm-exporter-servicemonitor", values))
     for quota in config["quotas"]:
-        labels = _labels("gpu-quota", "quota")
-        hard = dict(quota["hard"])
+        values = {
+            "labels": _labels("gpu-quota", "quota"),
+            "namespace": quota["namespace"],
+            "resource": quota["resource"],
+            "hard": dict(quota["hard"]),
+            "max": quota["max_per_container"],
+        }
         if quota["gpus"] is not None:
-            hard["requests." + quota["resource"]] = quota["gpus"]
-        if hard:
-            out.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "ResourceQuota",
-                    "metadata": _meta(QUOTA_NAME, labels, quota["namespace"]),
-                    "spec": {"hard": hard},
-                }
-            )
+            values["hard"]["requests." + quota["resource"]] = quota["gpus"]
+        if values["hard"]:
+            out.append(_render(templates, "gpu-resourcequota", values))
         if quota["max_per_container"] is not None:
-            resource = quota["resource"]
-            # A LimitRange with only `max` defaults every container's limit to that max: every
-            # pod in the namespace would ask for GPUs. Defaults of 0 keep non-GPU pods as they are.
-            out.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "LimitRange",
-                    "metadata": _meta(LIMIT_RANGE_NAME, labels, quota["namespace"]),
-                    "spec": {
-                        "limits": [
-                            {
-                                "type": "Container",
-                                "max": {resource: quota["max_per_container"]},
-                                "default": {resource: "0"},
-                                "defaultRequest": {resource: "0"},
-                            }
-                        ]
-                    },
-                }
-            )
+            out.append(_render(templates, "gpu-limitrange", values))
     return out
 
 

@@ -61,6 +61,9 @@ attributes:
 requirements:
   - kubernetes (Python library) on the controller
 notes:
+  - The objects are data files of the collection (C(plugins/module_utils/data/cluster/)). The
+    action plugin of the same name reads them on the controller and passes them to the module,
+    so the task runs only as part of the collection, not as a bare module.
   - GPU Feature Discovery writes its labels as files for node-feature-discovery (NFD) to
     publish; without NFD in the cluster, GFD runs but nodes get no C(nvidia.com/gpu.*) labels.
 seealso:
@@ -238,7 +241,7 @@ def foreign_device_plugins(api):
     return found
 
 
-def plan_present(module, api, config, service_monitor_api):
+def plan_present(module, api, config, templates, service_monitor_api):
     namespace = config["namespace"]
     ns_obj = api.get(object_path("v1", "Namespace", namespace), missing_ok=True)
     caps = {
@@ -265,7 +268,7 @@ def plan_present(module, api, config, service_monitor_api):
                         config["runtime_class_handler"],
                     )
                 )
-    manifests = render_manifests(config, caps)
+    manifests = render_manifests(config, templates, caps)
 
     missing_ns = []
     for quota in config["quotas"]:
@@ -363,6 +366,10 @@ def main():
             **API_ARGUMENT_SPEC,
             config=dict(type="dict", default={}),
             state=dict(type="str", default="present", choices=["present", "absent"]),
+            # Internal, not a user option: the objects' templates (the YAML files of
+            # module_utils/data/cluster/, which AnsiballZ does not ship), read on the
+            # controller and passed here by the action plugin of the same name.
+            _object_templates=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -375,6 +382,14 @@ def main():
     if not HAS_KUBERNETES:
         module.fail_json(
             msg=missing_required_lib("kubernetes"), exception=str(KUBERNETES_IMPORT_ERROR)
+        )
+    templates = params["_object_templates"]
+    if params["state"] == "present" and not templates:
+        module.fail_json(
+            msg="_object_templates is missing: kubegpu.gpu.gpu_manifests runs through its action "
+            "plugin, which passes the object templates from the collection on the controller; "
+            "run it as that task, not as a bare module",
+            errors=[],
         )
     if params["timeout"] < 1:
         module.fail_json(msg="timeout must be 1 second or more, got %d" % params["timeout"])
@@ -389,7 +404,7 @@ def main():
     try:
         service_monitor_api = api.has_resource("monitoring.coreos.com/v1", "servicemonitors")
         if params["state"] == "present":
-            plan = plan_present(module, api, config, service_monitor_api)
+            plan = plan_present(module, api, config, templates, service_monitor_api)
         else:
             plan = plan_absent(api, service_monitor_api)
     except ClusterApiError as exc:

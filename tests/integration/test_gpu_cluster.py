@@ -23,6 +23,7 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_manifes
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_nodes as cn
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_settings as cs
 from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_api import object_path, send
+from ansible_collections.kubegpu.gpu.plugins.module_utils.data_files import read_templates
 
 from tests.integration import ansible_json
 
@@ -182,7 +183,8 @@ def expected_manifests() -> list[dict[str, Any]]:
         {k.removeprefix("gpu_cluster_"): v for k, v in SETTINGS.items()}
     )
     assert errors == []
-    return cm.render_manifests(config, {"service_monitor": False, "create_namespace": True})
+    caps = {"service_monitor": False, "create_namespace": True}
+    return cm.render_manifests(config, read_templates(cm.TEMPLATE_FOLDER), caps)
 
 
 @pytest.fixture(scope="module")

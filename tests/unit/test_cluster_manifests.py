@@ -20,15 +20,17 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_manifes
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_nodes as cn
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_settings as cs
 from ansible_collections.kubegpu.gpu.plugins.module_utils import k8s_values as kv
+from ansible_collections.kubegpu.gpu.plugins.module_utils.data_files import read_templates
 
 SUPPORTED_MINORS = [f"1.{minor}" for minor in range(29, 36)]
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gpu_cluster"
+TEMPLATES = read_templates(cm.TEMPLATE_FOLDER)
 
 
 def render(config: dict[str, Any], **caps: bool) -> list[dict[str, Any]]:
     normalized, errors = cs.validate_config(config)
     assert errors == []
-    return cm.render_manifests(normalized, caps)
+    return cm.render_manifests(normalized, TEMPLATES, caps)
 
 
 def by_kind(manifests: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -689,9 +691,13 @@ def test_service_monitor_only_when_the_api_exists() -> None:
     monitor = one(manifests, "ServiceMonitor", cm.DCGM_NAME)
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
-    assert monitor["spec"]["selector"]["matchLabels"] == cm.selector_labels(cm.DCGM_NAME)
-    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["gpu-system"]}
     service = one(manifests, "Service", cm.DCGM_NAME)
+    # It selects the exporter's Service, and the Service the exporter's pods.
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector and selector.items() <= service["metadata"]["labels"].items()
+    pods = one(manifests, "DaemonSet", cm.DCGM_NAME)["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"] and service["spec"]["selector"].items() <= pods.items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["gpu-system"]}
     assert service["spec"]["ports"][0]["name"] == monitor["spec"]["endpoints"][0]["port"]
     assert not by_kind(
         render({"dcgm_exporter_service_monitor": False}, service_monitor=True), "ServiceMonitor"
@@ -812,3 +818,46 @@ def test_node_patch_on_a_node_without_taints_or_annotations() -> None:
     assert patched["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
     assert cn.node_patch(patched, {}, [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]) == []
     assert cn.node_patch(node, {}, []) == []
+
+
+def test_every_template_is_rendered_and_names_the_objects_as_the_constants_do() -> None:
+    """The data files of data/cluster/ are all in use, and the names the module, the readiness
+    checks and reset look objects up by are the names the files write."""
+    used: set[str] = set()
+
+    class Recording(dict[str, Any]):
+        def __getitem__(self, name: str) -> Any:
+            used.add(name)
+            return super().__getitem__(name)
+
+    normalized, errors = cs.validate_config(CONFIGS["named_configs_quotas"])
+    assert errors == []
+    caps = {"service_monitor": True, "create_namespace": True}
+    manifests = cm.render_manifests(normalized, Recording(TEMPLATES), caps)
+    assert used == set(TEMPLATES)
+    names = {(m["kind"], m["metadata"]["name"]) for m in manifests}
+    for kind, name in [
+        ("ConfigMap", cm.CONFIGMAP_NAME),
+        ("ClusterRole", cm.CLUSTER_ROLE_NAME),
+        ("ClusterRoleBinding", cm.CLUSTER_ROLE_NAME),
+        ("ResourceQuota", cm.QUOTA_NAME),
+        ("LimitRange", cm.LIMIT_RANGE_NAME),
+        *(
+            ("DaemonSet", n)
+            for n in (cm.DEVICE_PLUGIN_NAME, cm.GFD_NAME, cm.MPS_NAME, cm.DCGM_NAME)
+        ),
+    ]:
+        assert (kind, name) in names
+    for ds in by_kind(manifests, "DaemonSet"):
+        pod = ds["spec"]["template"]
+        assert ds["metadata"]["labels"]["app.kubernetes.io/name"] == ds["metadata"]["name"]
+        assert ds["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+        if ds["metadata"]["name"] != cm.DCGM_NAME:
+            assert cm.CONFIG_CHECKSUM_ANNOTATION in pod["metadata"]["annotations"]
+
+
+def test_a_missing_template_is_named() -> None:
+    partial = {k: v for k, v in TEMPLATES.items() if k != "dcgm-exporter-service"}
+    normalized, _ = cs.validate_config({})
+    with pytest.raises(ValueError, match="'dcgm-exporter-service' is missing"):
+        cm.render_manifests(normalized, partial)

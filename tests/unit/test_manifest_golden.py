@@ -28,6 +28,7 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils import gpu_monitoring 
 from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy as t
 from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy_settings as ts
 from ansible_collections.kubegpu.gpu.plugins.module_utils import training as tr
+from ansible_collections.kubegpu.gpu.plugins.module_utils.data_files import read_templates
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("KUBEGPU_UPDATE_GOLDEN") == "1"
@@ -65,6 +66,8 @@ def dump(manifests: list[dict[str, Any]]) -> str:
 
 
 # --- the gpu_cluster layer ------------------------------------------------------------------------
+
+CLUSTER_TEMPLATES = read_templates(cm.TEMPLATE_FOLDER)
 
 # gpu_cluster_* settings (without the prefix) and the capabilities the module discovers.
 CLUSTER_CASES: dict[str, tuple[dict[str, Any], dict[str, bool]]] = {
@@ -143,7 +146,7 @@ def render_cluster(case: str) -> str:
     config, caps = CLUSTER_CASES[case]
     normalized, errors = cs.validate_config(config)
     assert errors == []
-    return dump(cm.render_manifests(normalized, caps))
+    return dump(cm.render_manifests(normalized, CLUSTER_TEMPLATES, caps))
 
 
 # --- tenancy, workloads, dashboard ----------------------------------------------------------------
@@ -301,4 +304,6 @@ def test_golden_yaml_reads_back_as_the_rendered_objects() -> None:
     config, caps = CLUSTER_CASES["mig-mixed"]
     normalized, _ = cs.validate_config(config)
     text = (GOLDEN / "cluster" / "mig-mixed.yaml").read_text(encoding="utf-8")
-    assert list(yaml.safe_load_all(text)) == cm.render_manifests(normalized, caps)
+    assert list(yaml.safe_load_all(text)) == cm.render_manifests(
+        normalized, CLUSTER_TEMPLATES, caps
+    )

@@ -39,8 +39,10 @@ def test_wheel_carries_the_content_and_finds_it_outside_the_checkout(unpacked_wh
     assert (accel / "plugins" / "strategy" / "linear.py").is_file()
     assert (collection / "plugins" / "modules").is_dir()
     assert (collection / "roles").is_dir()
-    # The data files module_utils read on the controller (dashboard, rules, training scripts).
-    for name in ("gpu-dashboard.json", "gpu-alert-rules.yaml", "train_pytorch.py"):
+    # The data files read on the controller (dashboard, rules, training scripts, the cluster
+    # layer's objects).
+    names = ("gpu-dashboard.json", "gpu-alert-rules.yaml", "train_pytorch.py")
+    for name in (*names, "cluster/device-plugin-daemonset.yaml"):
         assert (collection / "plugins" / "module_utils" / "data" / name).is_file(), name
     # The real captures the SIMULATED GPU replays ship with it.
     captures = unpacked_wheel / "kubegpu" / "captures"

@@ -1,0 +1,59 @@
+"""kubegpu.gpu.gpu_manifests' action: the objects' templates reach the module.
+
+AnsiballZ ships only the Python files of module_utils, so the action reads the templates
+(module_utils/data/cluster/) on the controller and passes them in the internal option
+_object_templates. The plays run on localhost through ansible-playbook, up to the first thing
+that needs an API server (tests/integration/test_gpu_cluster.py goes on from there).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.kubegpu.gpu.plugins.modules import gpu_manifests
+
+from tests.unit.test_nvidia_driver_roles import host_results, run_playbook
+
+
+def _plan(tmp_path: Path, **args: Any) -> dict[str, Any]:
+    task = {
+        "name": "Plan",
+        "kubegpu.gpu.gpu_manifests": {"kubeconfig": str(tmp_path / "no-kubeconfig"), **args},
+        "ignore_errors": True,
+    }
+    play = [{"name": "plan", "hosts": "all", "gather_facts": False, "tasks": [task]}]
+    rc, report, stderr = run_playbook(tmp_path, play, {"h1": {}})
+    assert rc == 0, stderr
+    [(_, result)] = host_results(report, "h1")
+    return result
+
+
+def test_the_module_gets_the_templates_and_the_result_leaves_them_out(tmp_path: Path) -> None:
+    result = _plan(tmp_path, config={"sharing": {"strategy": "time-slicing", "replicas": 2}})
+    # Past the settings and the templates, up to the kubeconfig (there is no API server here).
+    assert result["failed"] is True
+    assert result["msg"].startswith("kubegpu_kubeconfig (option kubeconfig): "), result["msg"]
+    assert "_object_templates" not in result["invocation"]["module_args"]
+    assert result["invocation"]["module_args"]["config"]["sharing"]["replicas"] == 2
+
+
+def test_a_task_may_not_give_the_templates(tmp_path: Path) -> None:
+    result = _plan(tmp_path, _object_templates={})
+    assert result["failed"] is True
+    assert "_object_templates is internal" in result["msg"]
+
+
+def test_the_bare_module_without_templates_says_what_to_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = {"kubeconfig": str(tmp_path / "no-kubeconfig")}
+    with patch_module_args(args), pytest.raises(SystemExit):
+        gpu_manifests.main()
+    result = json.loads(capsys.readouterr().out)
+    assert result["failed"] is True
+    assert "_object_templates is missing" in result["msg"]
+    assert "action plugin" in result["msg"]
