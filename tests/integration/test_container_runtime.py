@@ -314,16 +314,17 @@ def test_toolkit_upgrade_moves_the_hold_and_regenerates_cdi(
         assert again.stats(node)["changed"] == 0, (node, again.explain())
     assert again.task("Generate the CDI spec with nvidia-ctk", gpu_node).get("skipped") is True
     # One read told the role the keyring, its folder and the source are as they should be: the
-    # key steps are skipped as one include (none of them is evaluated), and no file is written.
+    # key and source steps are skipped as one include (none of them is evaluated), and no file
+    # is written.
     evaluated = again.names(gpu_node)
     assert any(name.endswith(KEYRING_INCLUDE) for name in evaluated), evaluated
-    for step in ("Copy the repository's signing key from the controller", KEYRING_DIR_TASK):
-        assert not any(name.endswith(step) for name in evaluated), step
-    for task in (
-        KEYRING_INCLUDE,
+    for step in (
+        "Copy the repository's signing key from the controller",
+        KEYRING_DIR_TASK,
         "Add the repository as a deb822 source signed by that key",
-        INSTALL_INCLUDE,
     ):
+        assert not any(name.endswith(step) for name in evaluated), step
+    for task in (KEYRING_INCLUDE, INSTALL_INCLUDE):
         assert again.task(task, gpu_node).get("skipped") is True, task
     # The same read showed the pin and the packages in place: the install steps are skipped as
     # one include too.
@@ -338,7 +339,7 @@ def test_toolkit_upgrade_moves_the_hold_and_regenerates_cdi(
 KEYRING = "/etc/apt/keyrings/kubegpu-nvidia-container-toolkit.gpg"
 PIN = "/etc/apt/preferences.d/kubegpu-nvidia-container-toolkit"
 KEYRING_INCLUDE = (
-    "Install the APT helpers, make the keyrings folder and put the signing key in place"
+    "Install the APT helpers, put the signing key and the repository's source in place"
 )
 INSTALL_INCLUDE = "Install the pinned toolkit packages and hold them"
 KEYRING_DIR_TASK = (
