@@ -15,13 +15,29 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.deb822 import deb822_s
 from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import read_command
 
 _STRINGS = {"type": "list", "elements": "str", "default": []}
+# What the host looks like besides its packages, for settle() (module_utils/nvidia_driver_apt.py).
+_HOST_SPEC: dict[str, t.Any] = {
+    "gpu_count": {"type": "int", "required": True},
+    "services": _STRINGS,
+    "module_loaded": {"type": "bool", "required": True},
+    "nouveau_loaded": {"type": "bool", "required": True},
+    "loaded_driver": {"type": "dict"},
+    "needs_headers": {"type": "bool", "required": True},
+    "files_in_place": {"type": "bool", "required": True},
+    "fact_sha256": {"type": "str"},
+}
 _ARGUMENT_SPEC: dict[str, t.Any] = {
     "source": {"type": "str", "required": True, "choices": ["distribution", "cuda_repo", "mirror"]},
     "release": {"type": "str", "default": ""},
     "helpers": _STRINGS,
-    "version_package": {"type": "str", "required": True},
+    "distribution": {"type": "str", "required": True},
+    "kernel": {"type": "str", "required": True},
+    "module_type": {"type": "str", "required": True, "choices": ["open", "proprietary"]},
+    "build": {"type": "str", "required": True, "choices": ["dkms", "precompiled"]},
+    "persistenced": {"type": "bool", "required": True},
+    "fabricmanager": {"type": "bool", "required": True},
     "packages": _STRINGS,
-    "extra_packages": _STRINGS,
+    "fabricmanager_package": {"type": "str", "default": ""},
     "version": {"type": "str", "default": ""},
     "branch": {"type": "str", "required": True},
     "allow_version_change": {"type": "bool", "default": False},
@@ -30,7 +46,11 @@ _ARGUMENT_SPEC: dict[str, t.Any] = {
     "components": _STRINGS,
     "keyring": {"type": "str", "default": ""},
     "reread": {"type": "bool", "default": False},
+    "host": {"type": "dict", "required": True, "options": _HOST_SPEC},
 }
+
+
+_SETTLE_ARGS = ("branch", "source", "build", "module_type", "persistenced", "fabricmanager")
 
 
 class ActionModule(ActionBase):
@@ -48,13 +68,27 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         _, args = self.validate_argument_spec(argument_spec=_ARGUMENT_SPEC)
+        host = dict(args["host"])
         distribution = args["source"] == "distribution"
         own = "/etc/apt/sources.list.d/" + args["own"] if distribution and args["own"] else ""
+        names = apt.package_names(
+            args["distribution"],
+            "Debian",
+            args["source"],
+            args["module_type"],
+            args["branch"],
+            args["build"],
+            args["kernel"],
+            args["persistenced"],
+            args["packages"],
+            args["fabricmanager_package"],
+        )
+        packages = names["versioned"] + ([names["fabricmanager"]] if args["fabricmanager"] else [])
         argv = apt.read_argv(
             args["own"] if distribution else "",
             args["helpers"],
-            args["version_package"],
-            args["packages"] + args["extra_packages"],
+            names["version_package"],
+            packages + names["extra"],
         )
         done = read_command(self, apt.READ_SCRIPT, argv, task_vars)
         if done.get("rc"):
@@ -64,6 +98,9 @@ class ActionModule(ActionBase):
         settings = dict(
             args,
             own=own,
+            version_package=names["version_package"],
+            packages=packages,
+            extra_packages=names["extra"],
             source_text=lambda entry: deb822_source(
                 {
                     "name": entry["name"],
@@ -102,9 +139,11 @@ class ActionModule(ActionBase):
         if not answer["version_read_ok"] and (args["reread"] or not sources_pending):
             raise AnsibleActionFail(
                 "apt-cache policy %s failed on the node: %s"
-                % (args["version_package"], done["stderr"] or "(no message)")
+                % (names["version_package"], done["stderr"] or "(no message)")
             )
         answer["sources_pending"] = sources_pending
+        answer.update(names=names, packages=packages, pin=names["pin"])
+        answer.update(apt.settle(answer, dict(host, **{k: args[k] for k in _SETTLE_ARGS})))
         result.update(answer)
         result["changed"] = False
         return result

@@ -1,8 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu contributors
 # Apache License 2.0 (see LICENSE)
-"""The filters through which the nvidia_driver role names its packages and reads their holds
-(plugins/module_utils/nvidia_driver_apt.py holds the rules)."""
+"""The filters through which the nvidia_driver role names its packages, reads their holds, and
+works out the services to change, the reasons to reboot and the state it records
+(plugins/module_utils/nvidia_driver_apt.py holds the rules, which kubegpu.gpu.nvidia_driver_apt
+uses too)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -79,8 +81,13 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kubegpu.gpu.plugins.module_utils.nvidia_driver_apt import (
+    AptPlanError,
+    driver_state,
+    fact_text,
     held,
     package_names,
+    reboot_reasons,
+    services_to_change,
 )
 
 
@@ -129,9 +136,66 @@ def nvidia_driver_held(lines):
     return held([str(line) for line in lines])
 
 
+def nvidia_driver_services_to_change(units_text, wanted, module_loaded):
+    if not isinstance(units_text, str):
+        raise AnsibleFilterError(
+            "nvidia_driver_services_to_change takes what systemctl show printed, not a %s"
+            % type(units_text).__name__
+        )
+    return services_to_change(units_text, list(wanted), bool(module_loaded))
+
+
+def nvidia_driver_reboot_reasons(pci, target, module_type):
+    if not isinstance(pci, dict) or "modules" not in pci or "loaded_driver" not in pci:
+        raise AnsibleFilterError(
+            "nvidia_driver_reboot_reasons takes ansible_facts['nvidia_pci'] (modules, loaded_driver)"
+        )
+    loaded = pci["loaded_driver"]
+    return reboot_reasons(
+        bool(pci["modules"].get("nouveau")),
+        dict(loaded) if loaded is not None else None,
+        str(target or ""),
+        str(module_type),
+    )
+
+
+def nvidia_driver_state(installed_version, **values):
+    try:
+        return driver_state(installed_version=str(installed_version), **values)
+    except AptPlanError as exc:
+        raise AnsibleFilterError("nvidia_driver_state: %s" % exc) from exc
+
+
+def _plain(value):
+    """value as plain dicts, lists and scalars, each item read through the container (ansible's
+    lazy containers template an item when it is read)."""
+    if isinstance(value, dict):
+        return {str(key): _plain(value[key]) for key in value}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    return str(value)
+
+
+def nvidia_driver_fact_text(state):
+    if not isinstance(state, dict):
+        raise AnsibleFilterError(
+            "nvidia_driver_fact_text takes the driver state (a mapping), not a %s"
+            % type(state).__name__
+        )
+    return fact_text(_plain(state))
+
+
 class FilterModule(object):
     def filters(self):
         return {
             "nvidia_driver_packages": nvidia_driver_packages,
             "nvidia_driver_held": nvidia_driver_held,
+            "nvidia_driver_services_to_change": nvidia_driver_services_to_change,
+            "nvidia_driver_reboot_reasons": nvidia_driver_reboot_reasons,
+            "nvidia_driver_state": nvidia_driver_state,
+            "nvidia_driver_fact_text": nvidia_driver_fact_text,
         }

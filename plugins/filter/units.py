@@ -41,6 +41,9 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.kubegpu.gpu.plugins.module_utils.nvidia_driver_apt import (
+    systemd_units as parse_units,
+)
 
 
 def systemd_units(text):
@@ -48,16 +51,7 @@ def systemd_units(text):
         raise AnsibleFilterError(
             "systemd_units takes the text systemctl show printed, not a %s" % type(text).__name__
         )
-    units = {}
-    for block in text.replace("\r\n", "\n").split("\n\n"):
-        props = {}
-        for line in block.splitlines():
-            name, sep, value = line.partition("=")
-            if sep and name and name not in props:
-                props[name] = value
-        if props.get("Id"):
-            units[props["Id"]] = props
-    return units
+    return parse_units(text)
 
 
 class FilterModule(object):

@@ -13,11 +13,15 @@ role's tasks only act on the answer. Pure functions over text, standard library 
   services).
 - plan(stdout, settings): what the read means for the role (see plan's docstring).
 - package_plan(...), versions(...), component_sources(...): the parts of plan().
+- settle(answer, facts): whether a host has nothing left to change, and the state the role
+  records then; services_to_change(), reboot_reasons(), driver_state() and fact_text(), its
+  parts, serve the role's later steps too (through the filters of plugins/filter/driver_packages.py).
 """
 
 from __future__ import absolute_import, division, print_function
 
 import hashlib
+import json
 import os
 import re
 
@@ -443,3 +447,123 @@ def _source_files(head, settings):
         if path not in wanted:
             files.append({"path": path, "state": "absent"})
     return files
+
+
+# --- the state the role records ---------------------------------------------------------------
+
+
+def systemd_units(text):
+    """What `systemctl show` printed: unit Id -> its properties (the first of each name)."""
+    units = {}
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        props = {}
+        for line in block.splitlines():
+            name, sep, value = line.partition("=")
+            if sep and name and name not in props:
+                props[name] = value
+        if props.get("Id"):
+            units[props["Id"]] = props
+    return units
+
+
+def services_to_change(units_text, wanted, module_loaded):
+    """The wanted services that are installed (LoadState is not not-found) but not enabled or,
+    with the nvidia module loaded, not running."""
+    units = systemd_units(units_text)
+    names = []
+    for name in wanted:
+        unit = units.get(name, {})
+        if unit.get("LoadState", "not-found") != "not-found" and (
+            unit.get("UnitFileState", "") != "enabled"
+            or (module_loaded and unit.get("ActiveState", "") != "active")
+        ):
+            names.append(name)
+    return names
+
+
+def reboot_reasons(nouveau_loaded, loaded_driver, target, module_type):
+    """Why the node needs a reboot for the installed driver: nouveau loaded, or an nvidia module
+    of another version or flavour loaded (loaded_driver: nvidia_pci's, None when none is)."""
+    reasons = ["nouveau is loaded"] if nouveau_loaded else []
+    if loaded_driver is not None and target and loaded_driver.get("version") != target:
+        reasons.append(
+            "the loaded nvidia module is %s, not the installed %s"
+            % (loaded_driver.get("version"), target)
+        )
+    flavor = None if loaded_driver is None else loaded_driver.get("flavor")
+    if flavor is not None and flavor != module_type:
+        reasons.append("the loaded nvidia module is %s, not %s" % (flavor, module_type))
+    return reasons
+
+
+STATE_KEYS = (
+    "installed_version",
+    "branch",
+    "kernel_module_type",
+    "build",
+    "source",
+    "packages",
+    "persistenced",
+    "fabricmanager",
+    "gpu_count",
+    "reboot_pending",
+    "reboot_reasons",
+)
+
+
+def driver_state(**values):
+    """The driver state the role records (nvidia_driver_installed, and the local fact
+    kubegpu_driver): exactly STATE_KEYS."""
+    missing = [key for key in STATE_KEYS if key not in values]
+    unknown = sorted(set(values) - set(STATE_KEYS))
+    if missing or unknown:
+        raise AptPlanError(
+            "the driver state needs %s; unknown: %s"
+            % (", ".join(STATE_KEYS), ", ".join(unknown) or "none")
+        )
+    return dict(values)
+
+
+def fact_text(state):
+    """The local fact's text, as ansible's to_nice_json(sort_keys=true) writes it, and a line end."""
+    return json.dumps(state, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
+
+
+def settle(answer, facts):
+    """Whether the host has nothing left to change after plan()'s answer, and the state the role
+    records then: {"settled": bool, "state": dict}.
+
+    facts: branch, source, build, module_type, persistenced, fabricmanager (bools: wanted),
+    gpu_count, services (the wanted ones), module_loaded, nouveau_loaded, loaded_driver,
+    needs_headers, files_in_place (the nouveau blacklist and the module parameters as the role
+    writes them), fact_sha256 (the local fact's, None when it is missing or not root's)."""
+    target = answer["target"]
+    state = driver_state(
+        installed_version=target,
+        branch=facts["branch"],
+        kernel_module_type=facts["module_type"],
+        build=facts["build"],
+        source=facts["source"],
+        packages=list(answer["packages"]),
+        persistenced=facts["persistenced"],
+        fabricmanager=facts["fabricmanager"],
+        gpu_count=facts["gpu_count"],
+        reboot_pending=False,
+        reboot_reasons=[],
+    )
+    settled = bool(
+        target
+        and target.split(".")[0] == str(facts["branch"])
+        and answer["version_read_ok"]
+        and answer["at_target"]
+        and not answer["pin"]
+        and not answer["unheld"]
+        and not facts["needs_headers"]
+        and facts["files_in_place"]
+        and not services_to_change(answer["units"], facts["services"], facts["module_loaded"])
+        and not reboot_reasons(
+            facts["nouveau_loaded"], facts["loaded_driver"], target, facts["module_type"]
+        )
+        and facts["fact_sha256"] == hashlib.sha256(fact_text(state).encode("utf-8")).hexdigest()
+    )
+    return {"settled": settled, "state": state}

@@ -42,20 +42,41 @@ options:
     type: list
     elements: str
     default: []
-  version_package:
-    description: The package whose version is the driver's.
+  distribution:
+    description: C(ansible_facts['distribution']) (Debian or Ubuntu name their packages differently).
     type: str
     required: true
+  kernel:
+    description: C(ansible_facts['kernel']) (Ubuntu's precompiled module packages name it).
+    type: str
+    required: true
+  module_type:
+    description: The kernel module flavour the role installs.
+    type: str
+    required: true
+    choices: [open, proprietary]
+  build:
+    description: C(nvidia_driver_build).
+    type: str
+    required: true
+    choices: [dkms, precompiled]
+  persistenced:
+    description: Whether nvidia-persistenced is wanted.
+    type: bool
+    required: true
+  fabricmanager:
+    description: Whether Fabric Manager is wanted.
+    type: bool
+    required: true
   packages:
-    description: The packages installed at the driver version (and the Fabric Manager package).
+    description: C(nvidia_driver_packages); empty for the packages the distribution and source name.
     type: list
     elements: str
     default: []
-  extra_packages:
-    description: The packages installed at any version.
-    type: list
-    elements: str
-    default: []
+  fabricmanager_package:
+    description: C(nvidia_driver_fabricmanager_package); empty for the source's.
+    type: str
+    default: ""
   version:
     description: C(nvidia_driver_version); empty for the newest of the branch.
     type: str
@@ -90,6 +111,42 @@ options:
     description: The read after the sources step; its version read must succeed.
     type: bool
     default: false
+  host:
+    description: What the host looks like besides its packages, to say whether it is settled.
+    type: dict
+    required: true
+    suboptions:
+      gpu_count:
+        description: The NVIDIA GPUs found (C(nvidia_pci)).
+        type: int
+        required: true
+      services:
+        description: The NVIDIA services the settings want.
+        type: list
+        elements: str
+        default: []
+      module_loaded:
+        description: Whether the nvidia module is loaded.
+        type: bool
+        required: true
+      nouveau_loaded:
+        description: Whether nouveau is loaded.
+        type: bool
+        required: true
+      loaded_driver:
+        description: The loaded nvidia module's version and flavour (C(nvidia_pci)); none when none is loaded.
+        type: dict
+      needs_headers:
+        description: Whether the role checks the kernel headers for DKMS.
+        type: bool
+        required: true
+      files_in_place:
+        description: Whether the nouveau blacklist and the module parameters are as the role writes them.
+        type: bool
+        required: true
+      fact_sha256:
+        description: The sha256 of the local fact C(kubegpu_driver); none when it is missing or not root's.
+        type: str
 attributes:
   check_mode:
     support: full
@@ -108,14 +165,26 @@ EXAMPLES = r"""
     source: distribution
     release: bookworm
     helpers: [python3-apt]
-    version_package: nvidia-driver
-    packages: [nvidia-driver, nvidia-kernel-dkms, nvidia-smi, libcuda1]
-    extra_packages: [firmware-misc-nonfree]
+    distribution: Debian
+    kernel: 6.1.0-27-amd64
+    module_type: proprietary
+    build: dkms
+    persistenced: true
+    fabricmanager: false
     branch: "535"
     own: kubegpu-nvidia-distribution
     suites: [bookworm, bookworm-updates, bookworm-security]
     components: [contrib, non-free, non-free-firmware]
     keyring: /usr/share/keyrings/debian-archive-keyring.gpg
+    host:
+      gpu_count: 1
+      services: [nvidia-persistenced.service]
+      module_loaded: true
+      nouveau_loaded: false
+      loaded_driver: {version: 535.216.01, flavor: proprietary}
+      needs_headers: false
+      files_in_place: true
+      fact_sha256: null
   environment:
     LC_ALL: C
   register: driver_apt
@@ -191,4 +260,26 @@ units:
   description: What C(systemctl show) printed of the NVIDIA services.
   returned: always
   type: str
+names:
+  description: The packages for these settings (version_package, versioned, extra, pin, fabricmanager, stream).
+  returned: always
+  type: dict
+packages:
+  description: The packages installed at the driver version (the versioned ones and Fabric Manager when wanted).
+  returned: always
+  type: list
+  elements: str
+pin:
+  description: NVIDIA's branch pinning package, when the source has one.
+  returned: always
+  type: list
+  elements: str
+settled:
+  description: Whether the host has nothing left to change.
+  returned: always
+  type: bool
+state:
+  description: The driver state the role records when the host is settled.
+  returned: always
+  type: dict
 """

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -852,3 +853,118 @@ def test_the_held_filter_reads_the_rows_after_the_install() -> None:
     assert FILTERS["nvidia_driver_held"](rows) == ["libcuda1"]
     with pytest.raises(AnsibleFilterError, match="a list"):
         FILTERS["nvidia_driver_held"]("libcuda1|hi |1|hold")
+
+
+# --- settled, and the state the role records ----------------------------------------------------
+
+HOST: dict[str, Any] = {
+    "branch": "535",
+    "source": "distribution",
+    "build": "dkms",
+    "module_type": "proprietary",
+    "persistenced": True,
+    "fabricmanager": False,
+    "gpu_count": 1,
+    "services": ["nvidia-persistenced.service"],
+    "module_loaded": True,
+    "nouveau_loaded": False,
+    "loaded_driver": {"version": "535.216.01", "flavor": "proprietary"},
+    "needs_headers": False,
+    "files_in_place": True,
+}
+
+
+def _settled_answer() -> dict[str, Any]:
+    head = ["helper python3-apt ii ", "package-lists-age 120"]
+    answer = apt.plan(_read(head, SETTLED_VERSION), dict(SETTINGS, source="cuda_repo"))
+    answer.update(packages=DEBIAN, pin=[])
+    return answer
+
+
+def _state() -> dict[str, Any]:
+    return apt.driver_state(
+        installed_version="535.216.01",
+        branch="535",
+        kernel_module_type="proprietary",
+        build="dkms",
+        source="distribution",
+        packages=DEBIAN,
+        persistenced=True,
+        fabricmanager=False,
+        gpu_count=1,
+        reboot_pending=False,
+        reboot_reasons=[],
+    )
+
+
+def _sha(state: dict[str, Any]) -> str:
+    return hashlib.sha256(apt.fact_text(state).encode()).hexdigest()
+
+
+def test_a_host_with_its_fact_in_place_is_settled() -> None:
+    done = apt.settle(_settled_answer(), {**HOST, "fact_sha256": _sha(_state())})
+    assert done == {"settled": True, "state": _state()}
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"fact_sha256": None}, "no local fact yet"),
+        ({"branch": "550"}, "another branch asked for"),
+        ({"needs_headers": True}, "headers to check"),
+        ({"files_in_place": False}, "the blacklist or the parameters differ"),
+        ({"nouveau_loaded": True}, "a reboot is due"),
+        (
+            {"loaded_driver": {"version": "535.183.01", "flavor": "proprietary"}},
+            "old module loaded",
+        ),
+        ({"loaded_driver": {"version": "535.216.01", "flavor": "open"}}, "other flavour loaded"),
+        (
+            {"services": ["nvidia-persistenced.service", "nvidia-fabricmanager.service"]},
+            "ok: not installed",
+        ),
+    ],
+)
+def test_anything_left_to_change_unsettles_the_host(change: dict[str, Any], why: str) -> None:
+    facts = {**HOST, "fact_sha256": _sha(_state()), **change}
+    if "branch" in change:
+        facts["fact_sha256"] = _sha({**_state(), "branch": change["branch"]})
+    expected = why.startswith("ok")
+    assert apt.settle(_settled_answer(), facts)["settled"] is expected, why
+
+
+def test_a_service_not_enabled_or_not_running_is_changed() -> None:
+    units = (
+        "Id=nvidia-persistenced.service\nLoadState=loaded\nUnitFileState=enabled\n"
+        "ActiveState=inactive\n\nId=nvidia-fabricmanager.service\nLoadState=loaded\n"
+        "UnitFileState=disabled\nActiveState=inactive\n"
+    )
+    wanted = ["nvidia-persistenced.service", "nvidia-fabricmanager.service"]
+    assert apt.services_to_change(units, wanted, True) == wanted
+    assert apt.services_to_change(units, wanted, False) == ["nvidia-fabricmanager.service"]
+    assert FILTERS["nvidia_driver_services_to_change"](units, wanted[:1], False) == []
+
+
+def test_the_fact_text_is_what_to_nice_json_writes() -> None:
+    """The role compares the local fact on the node with this text by its sha256."""
+    from ansible.plugins.filter.core import to_nice_json
+
+    state = _state()
+    assert apt.fact_text(state) == to_nice_json(state, sort_keys=True) + "\n"
+    assert FILTERS["nvidia_driver_fact_text"](state) == apt.fact_text(state)
+
+
+def test_the_reboot_reasons_name_what_is_loaded() -> None:
+    pci = {"modules": {"nouveau": True}, "loaded_driver": {"version": "535.1", "flavor": "open"}}
+    assert FILTERS["nvidia_driver_reboot_reasons"](pci, "535.2", "proprietary") == [
+        "nouveau is loaded",
+        "the loaded nvidia module is 535.1, not the installed 535.2",
+        "the loaded nvidia module is open, not proprietary",
+    ]
+    with pytest.raises(AnsibleFilterError, match="nvidia_pci"):
+        FILTERS["nvidia_driver_reboot_reasons"]({}, "", "open")
+
+
+def test_the_state_has_exactly_its_keys() -> None:
+    with pytest.raises(AnsibleFilterError, match="needs installed_version"):
+        FILTERS["nvidia_driver_state"]("535.216.01", branch="535")

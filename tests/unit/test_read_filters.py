@@ -212,7 +212,12 @@ def render_both(
                 {
                     "name": "Load the role's values",
                     "ansible.builtin.include_vars": {"file": "{{ path }}"},
-                    "loop": ["{{ main_vars }}", str(vars_dir / "Debian.yml")],
+                    "loop": ["{{ main_vars }}"]
+                    + (
+                        [str(vars_dir / "Debian.yml")]
+                        if (vars_dir / "Debian.yml").is_file()
+                        else []
+                    ),
                     "loop_control": {"loop_var": "path"},
                 },
                 {
