@@ -175,7 +175,7 @@ def validate_feature_gates(gates, kubernetes_version, unchecked=()):
     version_ok = True
     if release is None:
         messages.append(
-            "kubernetes_version: %r is not a Kubernetes version; write it as 1.31 or v1.31.2"
+            "kubernetes_version: %r is not a Kubernetes version; write it as 1.35 or v1.35.2"
             % (kubernetes_version,)
         )
         version_ok = False

@@ -186,7 +186,7 @@ def check_version(p, node, flavor, result, problems):
         if release is None:
             problems.append(
                 "kubelet_version: not given, and no %s binary on this host could tell its "
-                'version%s; set kubelet_version (for example "1.31") to the version of the '
+                'version%s; set kubelet_version (for example "1.35") to the version of the '
                 "kubelet that will read these settings"
                 % (BINARIES[flavor], " (it printed %r)" % printed if printed else "")
             )

@@ -15,7 +15,7 @@ version_added: "0.1.0"
 description:
   - Checks every input first and fails with all problems at once, before anything on the host
     changes, naming the option, what was wrong and what is allowed. Feature gates are checked
-    against a table of gates by Kubernetes release (1.29 to 1.35) for the version of the kubelet
+    against a table of gates by Kubernetes release (1.33 to 1.37) for the version of the kubelet
     they go to (a gate that release does not have, one set against its locked value, a value
     that is not a boolean); node labels and taints for their syntax, and labels for what a
     kubelet may set on its own node under the NodeRestriction admission plugin.
@@ -45,7 +45,7 @@ options:
     default: auto
   kubelet_version:
     description:
-      - The Kubernetes version of the kubelet (V(1.31), V(v1.31.2)). Needed to check
+      - The Kubernetes version of the kubelet (V(1.35), V(v1.35.2)). Needed to check
         O(feature_gates) and to use O(config_dir).
       - When not given, it is read from C(kubelet --version) (C(k3s --version), C(rke2 --version)
         for those flavors). The task fails when it is needed and neither is available.
@@ -179,7 +179,7 @@ author:
 EXAMPLES = r"""
 - name: Check GPU kubelet settings before changing anything
   kubegpu.gpu.kubelet_config:
-    kubelet_version: "1.31"
+    kubelet_version: "1.35"
     feature_gates:
       KubeletPodResourcesGet: true
     node_labels:
@@ -234,7 +234,7 @@ kubelet_version:
   description: The version the inputs were checked against (major.minor), or null when none was needed.
   returned: always
   type: str
-  sample: "1.31"
+  sample: "1.35"
 version_source:
   description: Where O(kubelet_version) came from - V(given), V(binary) or V(none).
   returned: always

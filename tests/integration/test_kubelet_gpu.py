@@ -108,7 +108,7 @@ CLEANUP = """\
 """
 
 GOOD_VARS = {
-    "kubelet_gpu_kubernetes_version": "1.31",
+    "kubelet_gpu_kubernetes_version": "1.35",
     "kubelet_gpu_feature_gates": {"KubeletPodResourcesGet": True},
     "kubelet_gpu_node_labels": {
         "nvidia.com/gpu.present": "true",
@@ -339,7 +339,7 @@ def test_bad_inputs_fail_before_the_host_changes(
         "label value: it must be empty or 63 characters or fewer, start and end with a letter or "
         "digit, and contain only letters, digits, '-', '_' and '.'; for example 'Tesla-K80'",
         "node_taints[0]: effect 'NoScheduel' is not one of NoSchedule, PreferNoSchedule, NoExecute",
-        "feature_gates: 'DevicePlugins' was removed from Kubernetes in 1.28; the kubelet of 1.31 "
+        "feature_gates: 'DevicePlugins' was removed from Kubernetes in 1.28; the kubelet of 1.35 "
         "does not have it and would refuse to start. Remove it.",
     ]
     assert read_files(repo_root, inventory, tmp_path, node, list(FILES)) == FILES

@@ -135,7 +135,7 @@ def test_containerd_and_kubelet_answers_over_sudo_equal_the_module(
     }
     kubelet = {
         "flavor": "kubeadm",
-        "kubelet_version": "1.31",
+        "kubelet_version": "1.35",
         "config_path": f"{folder}/kubelet/config.yaml",
         "extra_args_path": f"{folder}/kubelet/kubelet",
         "feature_gates": {"KubeletPodResourcesGet": True},

@@ -22,7 +22,7 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_setting
 from ansible_collections.kubegpu.gpu.plugins.module_utils import k8s_values as kv
 from ansible_collections.kubegpu.gpu.plugins.module_utils.data_files import read_templates
 
-SUPPORTED_MINORS = [f"1.{minor}" for minor in range(29, 36)]
+SUPPORTED_MINORS = [f"1.{minor}" for minor in range(33, 38)]
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gpu_cluster"
 TEMPLATES = read_templates(cm.TEMPLATE_FOLDER)
 
@@ -364,7 +364,7 @@ def test_the_validator_raises_on_an_apiversion_no_longer_served() -> None:
         "handler": "nvidia",
     }
     with pytest.raises(kubernetes_validate.utils.SchemaNotFoundError):
-        kubernetes_validate.validate(removed, "1.29", strict=True)
+        kubernetes_validate.validate(removed, "1.33", strict=True)
     versions = kubernetes_validate.utils.all_versions()
     assert {f"{v}.0" for v in SUPPORTED_MINORS} <= set(versions)
 

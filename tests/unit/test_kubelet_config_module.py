@@ -26,7 +26,7 @@ K3S_CONFIG = (KUBELET_DATA / "k3s-config.yaml").read_text()
 
 ARGS = {
     "flavor": "kubeadm",
-    "kubelet_version": "1.31",
+    "kubelet_version": "1.35",
     "feature_gates": {"KubeletPodResourcesGet": True},
     "settings": {"maxPods": 200, "evictionHard": {"memory.available": "5%"}},
     "node_labels": {"nvidia.com/gpu.present": "true"},
@@ -91,7 +91,7 @@ def test_kubeadm_merge_then_idempotent(repo_root: Path, kubeadm_files: dict) -> 
         DEFAULT_KUBELET,
     ]
     assert result["version_source"] == "given"
-    assert result["kubelet_version"] == "1.31"
+    assert result["kubelet_version"] == "1.35"
 
     config = yaml.safe_load(Path(kubeadm_files["config_path"]).read_text())
     expected = yaml.safe_load(KUBEADM_CONFIG)
@@ -167,7 +167,7 @@ def test_bad_inputs_fail_with_every_problem_and_change_nothing(
     )
     assert problems[5] == (
         "kubelet_version: not given, and no kubelet binary on this host could tell its version; "
-        'set kubelet_version (for example "1.31") to the version of the kubelet that will read '
+        'set kubelet_version (for example "1.35") to the version of the kubelet that will read '
         "these settings"
     )
     assert result["msg"].startswith(
@@ -206,7 +206,7 @@ def test_k3s_lists_merged_and_other_keys_kept(repo_root: Path, tmp_path: Path) -
     config.write_text(K3S_CONFIG)
     args = {
         "flavor": "k3s",
-        "kubelet_version": "v1.32.3+k3s1",
+        "kubelet_version": "v1.36.3+k3s1",
         "feature_gates": {"KubeletPodResourcesGet": True},
         "node_labels": {"nvidia.com/gpu.present": "true"},
         "node_taints": ["nvidia.com/gpu=present:NoSchedule"],
@@ -216,7 +216,7 @@ def test_k3s_lists_merged_and_other_keys_kept(repo_root: Path, tmp_path: Path) -
     result = run_module(repo_root, args)
     assert result["changed"] is True
     assert result["flavor"] == "k3s"
-    assert result["kubelet_version"] == "1.32"
+    assert result["kubelet_version"] == "1.36"
     assert result["backup_files"] == []
     assert yaml.safe_load(config.read_text()) == {
         "server": "https://10.20.0.2:6443",
@@ -230,7 +230,7 @@ def test_k3s_lists_merged_and_other_keys_kept(repo_root: Path, tmp_path: Path) -
 
 def test_kubeadm_drop_in_directory(repo_root: Path, kubeadm_files: dict, tmp_path: Path) -> None:
     dropins = tmp_path / "kubelet.conf.d"
-    args = dict(ARGS, kubelet_version="1.29", config_dir=str(dropins), **kubeadm_files)
+    args = dict(ARGS, kubelet_version="1.33", config_dir=str(dropins), **kubeadm_files)
     result = run_module(repo_root, args)
     dropin = dropins / "50-kubegpu.conf"
     assert result["files"] == [str(dropin), kubeadm_files["extra_args_path"]]
@@ -245,7 +245,8 @@ def test_kubeadm_drop_in_directory(repo_root: Path, kubeadm_files: dict, tmp_pat
     assert oct(dropin.stat().st_mode & 0o777) == "0o644"
     extra = Path(kubeadm_files["extra_args_path"]).read_text().splitlines()
     assert extra[2].endswith(f' --config-dir={dropins}"')
-    assert extra[3] == "KUBELET_CONFIG_DROPIN_DIR_ALPHA=on"
+    # Beta from 1.30 on: the alpha switch of 1.28 and 1.29 is left out.
+    assert not any("KUBELET_CONFIG_DROPIN_DIR_ALPHA" in line for line in extra)
 
 
 def test_role_argument_specs_match_defaults(repo_root: Path) -> None:
@@ -281,7 +282,7 @@ def test_validate_only_says_whether_the_target_python_has_pyyaml(
     # The role installs PyYAML only when this says no. With the test's own Python (which has
     # PyYAML) it says yes; with the same Python without site-packages (python -S, through a
     # wrapper given as the interpreter) PyYAML cannot be found and it says no.
-    args = {"flavor": "kubeadm", "kubelet_version": "1.31", "validate_only": True}
+    args = {"flavor": "kubeadm", "kubelet_version": "1.35", "validate_only": True}
     with_yaml = run_module(repo_root, args, "-e", f"ansible_python_interpreter={sys.executable}")
     assert with_yaml.get("failed") is not True, with_yaml
     assert with_yaml["python_yaml"] is True

@@ -34,7 +34,7 @@ def restricted(key: str, namespace: str) -> str:
 # ----------------------------------------------------------------------------- feature gates
 
 GATE_CASES = [
-    ("1.31", {"KubeletPodResourcesGet": True}, []),
+    ("1.36", {"KubeletPodResourcesGet": True}, []),
     ("v1.34.2", {"KubeletPodResourcesGet": True, "KubeletPodResourcesDynamicResources": True}, []),
     ("1.33", {"DynamicResourceAllocation": True, "DRAResourceClaimDeviceStatus": True}, []),
     ("1.33", {"DynamicResourceAllocation": False}, []),
@@ -47,30 +47,21 @@ GATE_CASES = [
             "true or remove it."
         ],
     ),
-    ("1.35", {"DynamicResourceAllocation": True}, []),
+    ("1.37", {"DynamicResourceAllocation": True}, []),
     (
-        "1.31",
+        "1.34",
         {"DevicePlugins": True},
         [
             "feature_gates: 'DevicePlugins' was removed from Kubernetes in 1.28; the kubelet of "
-            "1.31 does not have it and would refuse to start. Remove it."
+            "1.34 does not have it and would refuse to start. Remove it."
         ],
     ),
     (
-        "1.29",
+        "1.33",
         {"Accelerators": True},
         [
             "feature_gates: 'Accelerators' was removed from Kubernetes in 1.12; the kubelet of "
-            "1.29 does not have it and would refuse to start. Remove it."
-        ],
-    ),
-    ("1.32", {"CPUManager": True}, []),
-    (
-        "1.32",
-        {"CPUManager": False},
-        [
-            "feature_gates: 'CPUManager' is locked to true in Kubernetes 1.32 (GA); the kubelet "
-            "refuses to start with CPUManager=false. Set it to true or remove it."
+            "1.33 does not have it and would refuse to start. Remove it."
         ],
     ),
     (
@@ -82,20 +73,19 @@ GATE_CASES = [
         ],
     ),
     (
-        "1.29",
+        "1.35",
         {"TopologyManager": True},
         [
             "feature_gates: 'TopologyManager' was removed from Kubernetes in 1.29; the kubelet of "
-            "1.29 does not have it and would refuse to start. Remove it."
+            "1.35 does not have it and would refuse to start. Remove it."
         ],
     ),
-    ("1.29", {"KubeletPodResourcesGetAllocatable": True}, []),
     (
-        "1.30",
+        "1.33",
         {"KubeletPodResourcesGetAllocatable": True},
         [
             "feature_gates: 'KubeletPodResourcesGetAllocatable' was removed from Kubernetes in "
-            "1.30; the kubelet of 1.30 does not have it and would refuse to start. Remove it."
+            "1.30; the kubelet of 1.33 does not have it and would refuse to start. Remove it."
         ],
     ),
     ("1.33", {"DevicePluginCDIDevices": True}, []),
@@ -109,6 +99,14 @@ GATE_CASES = [
     ),
     ("1.35", {"MemoryManager": True}, []),
     (
+        "1.36",
+        {"MemoryManager": True},
+        [
+            "feature_gates: 'MemoryManager' was removed from Kubernetes in 1.36; the kubelet of "
+            "1.36 does not have it and would refuse to start. Remove it."
+        ],
+    ),
+    (
         "1.33",
         {"DRADeviceTaintRules": True},
         [
@@ -117,11 +115,11 @@ GATE_CASES = [
         ],
     ),
     (
-        "1.29",
-        {"DynamicResourceAllocation": True, "DRAAdminAccess": True},
+        "1.36",
+        {"DynamicResourceAllocation": True, "AtomicWriteVolumeUserFields": True},
         [
-            "feature_gates: 'DRAAdminAccess' does not exist in Kubernetes 1.29; it was added in "
-            "1.32 (alpha). Remove it, or use a kubelet of 1.32 or later."
+            "feature_gates: 'AtomicWriteVolumeUserFields' does not exist in Kubernetes 1.36; it "
+            "was added in 1.37 (alpha). Remove it, or use a kubelet of 1.37 or later."
         ],
     ),
     (
@@ -132,67 +130,82 @@ GATE_CASES = [
             "kubelet refuses to start with SidecarContainers=false. Set it to true or remove it."
         ],
     ),
-    ("1.32", {"SidecarContainers": False}, []),
     (
-        "1.31",
+        "1.37",
+        {"SidecarContainers": True},
+        [
+            "feature_gates: 'SidecarContainers' was removed from Kubernetes in 1.37; the kubelet "
+            "of 1.37 does not have it and would refuse to start. Remove it."
+        ],
+    ),
+    (
+        "1.35",
         {"DynamicResourceAlocation": True},
         [
-            "feature_gates: 'DynamicResourceAlocation' is not a feature gate of Kubernetes 1.31 "
+            "feature_gates: 'DynamicResourceAlocation' is not a feature gate of Kubernetes 1.35 "
             "(no release kubegpu knows of has it). Did you mean 'DynamicResourceAllocation'? "
             "Remove it, or if your kubelet does have it, list it in unchecked_feature_gates."
         ],
     ),
     (
-        "1.31",
+        "1.35",
         {"NvidiaGPU": True},
         [
-            "feature_gates: 'NvidiaGPU' is not a feature gate of Kubernetes 1.31 (no release "
+            "feature_gates: 'NvidiaGPU' is not a feature gate of Kubernetes 1.35 (no release "
             "kubegpu knows of has it). Remove it, or if your kubelet does have it, list it in "
             "unchecked_feature_gates."
         ],
     ),
     (
-        "1.31",
+        "1.35",
         {"KubeletPodResourcesGet": "true"},
         [
             "feature_gates: 'KubeletPodResourcesGet' must be true or false, got 'true' (str); "
             "write the value without quotes"
         ],
     ),
-    # Bounded removals: benefit of the doubt inside the window, removed from its end on.
     ("1.33", {"ElasticIndexedJob": True}, []),
     (
         "1.34",
         {"ElasticIndexedJob": True},
         [
-            "feature_gates: 'ElasticIndexedJob' was removed from Kubernetes in 1.33 or 1.34; the "
+            "feature_gates: 'ElasticIndexedJob' was removed from Kubernetes in 1.34; the "
             "kubelet of 1.34 does not have it and would refuse to start. Remove it."
+        ],
+    ),
+    # A removal the table bounds to a window (a gate gone before the releases it covers).
+    (
+        "1.33",
+        {"SeccompDefault": True, "GRPCContainerProbe": True},
+        [
+            "feature_gates: 'GRPCContainerProbe' was removed from Kubernetes between 1.29 and "
+            "1.31; the kubelet of 1.33 does not have it and would refuse to start. Remove it.",
+            "feature_gates: 'SeccompDefault' was removed from Kubernetes in 1.29; the kubelet of "
+            "1.33 does not have it and would refuse to start. Remove it.",
         ],
     ),
     (
         "1.32",
-        {"SeccompDefault": True, "GRPCContainerProbe": True},
+        {"KubeletPodResourcesGet": True},
         [
-            "feature_gates: 'GRPCContainerProbe' was removed from Kubernetes between 1.29 and "
-            "1.31; the kubelet of 1.32 does not have it and would refuse to start. Remove it.",
-            "feature_gates: 'SeccompDefault' was removed from Kubernetes in 1.29; the kubelet of "
-            "1.32 does not have it and would refuse to start. Remove it.",
+            "kubernetes_version: 1.32 is outside the releases kubegpu supports (1.33 to 1.37), so "
+            "its feature gates cannot be checked; use a kubelet from 1.33 to 1.37"
         ],
     ),
     (
-        "1.28",
+        "1.38",
         {"KubeletPodResourcesGet": True},
         [
-            "kubernetes_version: 1.28 is outside the releases kubegpu supports (1.29 to 1.35), so "
-            "its feature gates cannot be checked; use a kubelet from 1.29 to 1.35"
+            "kubernetes_version: 1.38 is outside the releases kubegpu supports (1.33 to 1.37), so "
+            "its feature gates cannot be checked; use a kubelet from 1.33 to 1.37"
         ],
     ),
     (
         "1.3x",
         {"KubeletPodResourcesGet": True},
-        ["kubernetes_version: '1.3x' is not a Kubernetes version; write it as 1.31 or v1.31.2"],
+        ["kubernetes_version: '1.3x' is not a Kubernetes version; write it as 1.35 or v1.35.2"],
     ),
-    ("1.31", {}, []),
+    ("1.35", {}, []),
 ]
 
 
@@ -203,7 +216,7 @@ def test_validate_feature_gates(version: str, gates: dict, expected: list[str]) 
 
 def test_unchecked_gates_are_only_checked_for_a_boolean() -> None:
     gates = {"WatchListClient": True, "InformerResourceVersion": "yes"}
-    assert kubelet.validate_feature_gates(gates, "1.31", unchecked=["WatchListClient"]) == [
+    assert kubelet.validate_feature_gates(gates, "1.35", unchecked=["WatchListClient"]) == [
         "feature_gates: 'InformerResourceVersion' must be true or false, got 'yes' (str); write "
         "the value without quotes"
     ]
@@ -212,12 +225,13 @@ def test_unchecked_gates_are_only_checked_for_a_boolean() -> None:
 @pytest.mark.parametrize(
     ("name", "release", "status"),
     [
-        ("DynamicResourceAllocation", (1, 29), "present"),
+        ("DynamicResourceAllocation", (1, 33), "present"),
         ("MemoryManager", (1, 35), "present"),
+        ("MemoryManager", (1, 36), "removed"),
         ("SizeMemoryBackedVolumes", (1, 35), "removed"),
-        ("HonorPVReclaimPolicy", (1, 35), "maybe_removed"),
-        ("KubeletPSI", (1, 32), "not_yet"),
-        ("NoSuchGate", (1, 31), "unknown"),
+        ("GRPCContainerProbe", (1, 30), "maybe_removed"),
+        ("AtomicWriteVolumeUserFields", (1, 36), "not_yet"),
+        ("NoSuchGate", (1, 35), "unknown"),
     ],
 )
 def test_gate_state(name: str, release: tuple[int, int], status: str) -> None:

@@ -109,13 +109,13 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[Any, Any]]
 
     # What `kubelet --version` and `k3s --version` print (test doubles), and a kubelet that
     # cannot start.
-    kubelet = fake_binary(tmp / "bin/kubelet", 'echo "Kubernetes v1.31.2"\n')
+    kubelet = fake_binary(tmp / "bin/kubelet", 'echo "Kubernetes v1.35.2"\n')
     broken = fake_binary(
         tmp / "bin/broken", 'echo "failed to load config: no such file" >&2\nexit 3\n'
     )
     path_bin = tmp / "path-bin"
     fake_binary(
-        path_bin / "k3s", 'echo "k3s version v1.31.2+k3s1 (6da204df)"\necho "go version go1.22.6"\n'
+        path_bin / "k3s", 'echo "k3s version v1.35.2+k3s1 (6da204df)"\necho "go version go1.22.6"\n'
     )
     # An extra-args file with Windows line ends that already has our label: no change, read
     # through universal newlines as the module reads it.
@@ -127,12 +127,12 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[Any, Any]]
     dropins = tmp / "dropin/kubelet.conf.d"
     table = {
         "kubeadm": Case(kubeadm("kubeadm")),
-        "dropin": Case(kubeadm("dropin", kubelet_version="1.29", config_dir=str(dropins))),
-        "k3s": Case(k3s("k3s", kubelet_version="v1.32.3+k3s1", feature_gates=GATES)),
+        "dropin": Case(kubeadm("dropin", kubelet_version="1.33", config_dir=str(dropins))),
+        "k3s": Case(k3s("k3s", kubelet_version="v1.36.3+k3s1", feature_gates=GATES)),
         "rke2": Case(
             {
                 "flavor": "rke2",
-                "kubelet_version": "1.31",
+                "kubelet_version": "1.35",
                 "settings": {"maxPods": 200},
                 "config_dir": str(tmp / "rke2/conf.d"),
                 "config_path": str(write(tmp / "rke2/config.yaml", "token: x\n")),
@@ -140,7 +140,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[Any, Any]]
             }
         ),
         "binary": Case(kubeadm("binary", kubelet_version=None, binary=str(kubelet))),
-        "binary-differs": Case(kubeadm("differs", kubelet_version="1.30", binary=str(kubelet))),
+        "binary-differs": Case(kubeadm("differs", kubelet_version="1.34", binary=str(kubelet))),
         "binary-fails": Case(kubeadm("fails", binary=str(broken))),
         "auto-k3s": Case(
             k3s("auto", flavor="auto", feature_gates=GATES, extra_args_path=str(tmp / "none")),
@@ -151,7 +151,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[Any, Any]]
             setup=False,
         ),
         "validate": Case(
-            {"kubelet_version": "1.31", "feature_gates": GATES, "validate_only": True},
+            {"kubelet_version": "1.35", "feature_gates": GATES, "validate_only": True},
             setup=False,
         ),
         "check-diff": Case(kubeadm("check-diff"), ("--check", "--diff")),
@@ -212,8 +212,8 @@ def test_cases_say_what_they_should(cases: dict[str, Any]) -> None:
         return dict(cases[name][True]["result"])
 
     assert result("binary")["version_source"] == "binary"
-    assert result("binary")["kubelet_version"] == "1.31"
-    assert "--version says 'Kubernetes v1.31.2'" in result("binary-differs")["warnings"][0]
+    assert result("binary")["kubelet_version"] == "1.35"
+    assert "--version says 'Kubernetes v1.35.2'" in result("binary-differs")["warnings"][0]
     (warning,) = result("binary-fails")["warnings"]
     assert warning.endswith("/bin/broken --version exited 3: failed to load config: no such file")
     auto = result("auto-k3s")
