@@ -32,6 +32,9 @@ from __future__ import absolute_import, division, print_function
 import hashlib
 import json
 
+from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_settings import (
+    expected_resource_names,
+)
 from ansible_collections.kubegpu.gpu.plugins.module_utils.data_files import fill
 
 __metaclass__ = type
@@ -181,20 +184,22 @@ def _tolerations(config):
     return [toleration] + [dict(t) for t in config["extra_tolerations"]]
 
 
+# node-feature-discovery labels a node with an NVIDIA PCI device (vendor 10de) so: a GPU node
+# is one that either it or kubegpu's kubelet role (gpu_node_label) marks, as NVIDIA's chart
+# selects nodes by NFD's label or nvidia.com/gpu.present.
+NFD_NVIDIA_PCI_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+
+
 def _gpu_node_affinity(config):
+    terms = [(config["gpu_node_label"], config["gpu_node_label_value"])]
+    if config["gpu_node_label"] != NFD_NVIDIA_PCI_LABEL:
+        terms.insert(0, (NFD_NVIDIA_PCI_LABEL, "true"))
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [
-                    {
-                        "matchExpressions": [
-                            {
-                                "key": config["gpu_node_label"],
-                                "operator": "In",
-                                "values": [config["gpu_node_label_value"]],
-                            }
-                        ],
-                    }
+                    {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}
+                    for key, value in terms
                 ],
             },
         },
@@ -337,6 +342,9 @@ def _device_plugin_daemonset(config, templates):
 def _gfd_daemonset(config, templates):
     values = _config_reader_values(config, templates, GFD_NAME)
     values.update(
+        # Privileged, as NVIDIA's chart runs it (gfd.securityContext.privileged): GFD reads the
+        # GPUs' PCI config space, and without it the vGPU labels are missing.
+        security_context=_security_context(config, privileged=True),
         sleep_interval=config["gfd_sleep_interval"],
         resources=_container_resources(config["gfd_resources"]),
     )
@@ -353,9 +361,23 @@ def _dcgm_daemonset(config, templates):
     values = _daemonset_values(
         config, DCGM_NAME, "dcgm-exporter", config["dcgm_exporter_version"], "dcgm_exporter"
     )
+    # Shared GPUs (time-slicing, MPS): the exporter maps each replica to its pod only with
+    # KUBERNETES_VIRTUAL_GPUS, and finds renamed resources (nvidia.com/gpu.shared) only when
+    # NVIDIA_RESOURCE_NAMES names them (dcgm-exporter's --kubernetes-virtual-gpus and
+    # --nvidia-resource-names).
+    shared = sorted(
+        set(
+            name
+            for settings in config["__configs"].values()
+            if settings["sharing"]["strategy"] != "none"
+            for name in expected_resource_names(settings)
+        )
+    )
     values.update(
         port=config["dcgm_exporter_port"],
         resources=_container_resources(config["dcgm_exporter_resources"]),
+        virtual_gpus=bool(shared),
+        resource_names=",".join(shared),
     )
     return _render(templates, "dcgm-exporter-daemonset", values)
 

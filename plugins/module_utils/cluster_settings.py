@@ -325,11 +325,14 @@ def _normalize_sharing(errors, var, value, mig_strategy):
             errors.add(
                 var + ".resources", "MPS shares only %s, not %s" % (GPU_RESOURCE, ", ".join(bad))
             )
-        if mig_strategy == "mixed":
+        if mig_strategy != "none":
+            # The device plugin refuses MPS on MIG devices at start (MIG strategy single), and
+            # MIG strategy mixed exposes no nvidia.com/gpu to share.
             errors.add(
                 var + ".strategy",
-                "mps cannot share MIG devices, and MIG strategy "
-                "'mixed' exposes no %s; use time-slicing, or MIG strategy none" % GPU_RESOURCE,
+                "mps cannot share MIG devices (MIG strategy is %r: the device plugin refuses "
+                "MPS with 'single', and 'mixed' exposes no %s); use time-slicing, or MIG "
+                "strategy none" % (mig_strategy, GPU_RESOURCE),
             )
     return out
 

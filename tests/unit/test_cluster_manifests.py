@@ -21,8 +21,13 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_nodes a
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_settings as cs
 from ansible_collections.kubegpu.gpu.plugins.module_utils import k8s_values as kv
 from ansible_collections.kubegpu.gpu.plugins.module_utils.data_files import read_templates
+from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet_gates import SUPPORTED_RELEASES
 
-SUPPORTED_MINORS = [f"1.{minor}" for minor in range(33, 38)]
+# The releases whose schemas every manifest must pass: those the kubelet gate table covers.
+SUPPORTED_MINORS = [
+    f"{SUPPORTED_RELEASES[0][0]}.{minor}"
+    for minor in range(SUPPORTED_RELEASES[0][1], SUPPORTED_RELEASES[1][1] + 1)
+]
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gpu_cluster"
 TEMPLATES = read_templates(cm.TEMPLATE_FOLDER)
 
@@ -215,7 +220,11 @@ BAD_INPUTS = [
     ),
     (
         {"mig_strategy": "mixed", "sharing": {"strategy": "mps", "replicas": 2}},
-        "gpu_cluster_sharing.strategy: mps cannot share MIG devices",
+        "gpu_cluster_sharing.strategy: mps cannot share MIG devices (MIG strategy is 'mixed'",
+    ),
+    (
+        {"mig_strategy": "single", "sharing": {"strategy": "mps", "replicas": 2}},
+        "gpu_cluster_sharing.strategy: mps cannot share MIG devices (MIG strategy is 'single'",
     ),
     (
         {"device_list_strategy": ["envvar", "cdi"]},
@@ -452,12 +461,23 @@ def test_device_plugin_runs_on_gpu_nodes_only_tolerating_the_gpu_taint() -> None
     assert spec["serviceAccountName"] == cm.DEVICE_PLUGIN_NAME
     assert spec["runtimeClassName"] == "nvidia"
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    # A node that node-feature-discovery sees an NVIDIA PCI device on, or that kubegpu's
+    # kubelet role labels (the terms are ORed).
     assert terms["nodeSelectorTerms"] == [
+        {
+            "matchExpressions": [
+                {
+                    "key": "feature.node.kubernetes.io/pci-10de.present",
+                    "operator": "In",
+                    "values": ["true"],
+                }
+            ]
+        },
         {
             "matchExpressions": [
                 {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
             ]
-        }
+        },
     ]
     assert spec["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -507,7 +527,7 @@ def test_label_keys_images_and_registry_are_variables() -> None:
         spec = ds["spec"]["template"]["spec"]
         expr = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
             "nodeSelectorTerms"
-        ][0]["matchExpressions"][0]
+        ][-1]["matchExpressions"][0]
         assert (expr["key"], expr["values"]) == ("example.com/accelerator", ["nvidia"])
         assert spec["tolerations"][0] == {"key": "example.com/gpu", "operator": "Exists"}
         for container in spec["containers"] + spec.get("initContainers", []):
@@ -861,3 +881,31 @@ def test_a_missing_template_is_named() -> None:
     normalized, _ = cs.validate_config({})
     with pytest.raises(ValueError, match="'dcgm-exporter-service' is missing"):
         cm.render_manifests(normalized, partial)
+
+
+def test_shared_gpus_reach_the_dcgm_exporter_with_their_pods() -> None:
+    """Time-sliced or MPS GPUs: the exporter maps each replica to its pod and reads the renamed
+    resource; whole GPUs need neither setting."""
+
+    def env(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+        container = one(manifests, "DaemonSet", cm.DCGM_NAME)["spec"]["template"]["spec"][
+            "containers"
+        ][0]
+        assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "metrics"}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "metrics"}
+        return {item["name"]: item.get("value") for item in container["env"]}
+
+    whole = env(render({}))
+    assert "KUBERNETES_VIRTUAL_GPUS" not in whole and "NVIDIA_RESOURCE_NAMES" not in whole
+    shared = env(render(CONFIGS["time_slicing"]))
+    assert shared["KUBERNETES_VIRTUAL_GPUS"] == "true"
+    assert shared["NVIDIA_RESOURCE_NAMES"] == "nvidia.com/gpu.shared"
+
+
+def test_gfd_is_privileged_and_the_mps_daemon_sees_the_host_pids() -> None:
+    manifests = render({"sharing": {"strategy": "mps", "replicas": 2}})
+    gfd = one(manifests, "DaemonSet", cm.GFD_NAME)["spec"]["template"]["spec"]
+    assert gfd["containers"][-1]["securityContext"] == {"privileged": True}
+    mps = one(manifests, "DaemonSet", cm.MPS_NAME)["spec"]["template"]["spec"]
+    assert mps["hostPID"] is True
+    assert "shareProcessNamespace" not in mps

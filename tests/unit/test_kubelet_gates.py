@@ -110,3 +110,20 @@ def _script() -> ModuleType:
 def test_regeneration_script_reads_upstream_go_sources(source: str, expected: dict) -> None:
     """Real upstream lines (tests/unit/data/feature-gates/SOURCES.md), both spec forms."""
     assert _script().parse_go([(DATA / source).read_text()]) == expected
+
+
+def test_the_table_covers_the_newest_release_the_schema_package_knows() -> None:
+    """kubernetes-validate ships the schemas of each release the day it lands: a newer minor
+    there than in the gate table means a Kubernetes release kubegpu refuses."""
+    import kubernetes_validate.utils
+    from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet_gates import (
+        SUPPORTED_RELEASES,
+    )
+
+    newest = tuple(int(part) for part in kubernetes_validate.utils.latest_version().split(".")[:2])
+    assert newest <= SUPPORTED_RELEASES[1], (
+        f"kubernetes-validate knows Kubernetes {newest[0]}.{newest[1]}, the gate table ends at "
+        f"{SUPPORTED_RELEASES[1][0]}.{SUPPORTED_RELEASES[1][1]}: set SUPPORTED_RELEASES in "
+        "plugins/module_utils/kubelet_gates.py and run scripts/feature-gates --write "
+        "plugins/module_utils/kubelet_gates.py"
+    )
