@@ -37,8 +37,11 @@ def test_the_module_gets_the_templates_and_the_result_leaves_them_out(tmp_path: 
     # Past the settings and the templates, up to the kubeconfig (there is no API server here).
     assert result["failed"] is True
     assert result["msg"].startswith("kubegpu_kubeconfig (option kubeconfig): "), result["msg"]
-    assert "_object_templates" not in result["invocation"]["module_args"]
-    assert result["invocation"]["module_args"]["config"]["sharing"]["replicas"] == 2
+    assert "_object_templates" not in json.dumps(result)
+    # ansible-core 2.21 leaves the invocation out of a failed module's result; 2.19 shows it.
+    shown = result.get("invocation", {}).get("module_args")
+    if shown is not None:
+        assert shown["config"]["sharing"]["replicas"] == 2
 
 
 def test_a_task_may_not_give_the_templates(tmp_path: Path) -> None:

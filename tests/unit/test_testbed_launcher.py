@@ -16,7 +16,7 @@ from kubegpu.testbed import launcher
 from kubegpu.testbed._proc import pid_alive
 
 
-def _wait_gone(pid: int, timeout: float = 10) -> bool:
+def _wait_gone(pid: int, timeout: float = 30) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not pid_alive(pid):
