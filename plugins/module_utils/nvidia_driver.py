@@ -41,9 +41,9 @@ NVIDIA_VENDOR_ID = 0x10DE
 
 # --- branches and versions ---------------------------------------------------------------------
 
-BRANCH_RE = re.compile(r"^[0-9]{3}$")
+BRANCH_RE = re.compile(r"^[0-9]{3}\Z")
 # 535.309.01, 580.65.06, 570.26 (some releases have two parts)
-VERSION_RE = re.compile(r"^([0-9]{3})\.([0-9]{1,3})(?:\.([0-9]{1,3}))?$")
+VERSION_RE = re.compile(r"^([0-9]{3})\.([0-9]{1,3})(?:\.([0-9]{1,3}))?\Z")
 # The oldest branch these roles can be asked for: CUDA 11's minor-version baseline.
 MIN_BRANCH = 450
 # Branches NVIDIA publishes for data center use that these roles were written against.
@@ -56,7 +56,7 @@ class DriverInputError(ValueError):
 
 def parse_branch(value, name="nvidia_driver_branch"):
     """'580' -> 580. Raises DriverInputError naming the variable when it is not a branch."""
-    text = "" if value is None else str(value).strip()
+    text = "" if value is None else str(value)
     if not BRANCH_RE.match(text):
         raise DriverInputError(
             "%s is %r: a driver branch is three digits, such as '535', '570' or '580'"
@@ -73,7 +73,7 @@ def parse_branch(value, name="nvidia_driver_branch"):
 
 def parse_driver_version(value, name="nvidia_driver_version"):
     """'535.309.01' -> (535, 309, 1). Raises DriverInputError when it is not a driver version."""
-    text = "" if value is None else str(value).strip()
+    text = "" if value is None else str(value)
     match = VERSION_RE.match(text)
     if not match:
         raise DriverInputError(
@@ -333,12 +333,12 @@ CUDA_TOOLKIT_DRIVER = {
     "12.9": "575.51.03",
     "13.0": "580.65.06",
 }
-CUDA_VERSION_RE = re.compile(r"^([0-9]{2})\.([0-9]{1,2})$")
+CUDA_VERSION_RE = re.compile(r"^([0-9]{2})\.([0-9]{1,2})\Z")
 
 
 def parse_cuda_version(value, name="cuda_toolkit_version"):
     """'12.4' -> (12, 4). Raises DriverInputError naming the variable otherwise."""
-    text = "" if value is None else str(value).strip()
+    text = "" if value is None else str(value)
     match = CUDA_VERSION_RE.match(text)
     if not match:
         raise DriverInputError(

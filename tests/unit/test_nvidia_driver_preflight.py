@@ -172,6 +172,24 @@ CASES: dict[str, tuple[dict[str, Any], list[str] | None]] = {
         },
         ["nvidia_driver_module_parameters", "without spaces", "nvidia.NVreg_RegistryDwords"],
     ),
+    # A name with a line break would write a second line into /etc/modprobe.d: an install
+    # command that modprobe runs as root at the next load of the module.
+    "bad_module_parameter_name_injects_a_line": (
+        {
+            "nvidia_driver_branch": "535",
+            "nvidia_driver_module_parameters": {
+                "nvidia": {"NVreg_X\ninstall nvidia /bin/sh -c id #": 1}
+            },
+        },
+        ["nvidia_driver_module_parameters", "(not a parameter name)", "letters, digits and '_'"],
+    ),
+    "bad_module_parameter_name_trailing_newline": (
+        {
+            "nvidia_driver_branch": "535",
+            "nvidia_driver_module_parameters": {"nvidia": {"NVreg_X\n": 1}},
+        },
+        ["nvidia_driver_module_parameters", "(not a parameter name)"],
+    ),
     "bad_module_parameter_module": (
         {
             "nvidia_driver_branch": "535",

@@ -26,7 +26,7 @@ if str(SRC) not in sys.path:
 # --- branches and versions ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("value", "expected"), [("535", 535), ("580", 580), (" 595 ", 595)])
+@pytest.mark.parametrize(("value", "expected"), [("535", 535), ("580", 580), (595, 595)])
 def test_parse_branch_accepts_three_digit_branches(value: str, expected: int) -> None:
     assert nd.parse_branch(value) == expected
 
@@ -40,6 +40,9 @@ def test_parse_branch_accepts_three_digit_branches(value: str, expected: int) ->
         ("", "three digits"),
         (None, "three digits"),
         ("418", "older than 450"),
+        # The whole string: the value goes into package names and a modprobe file.
+        (" 595 ", "three digits"),
+        ("580\n", "three digits"),
     ],
 )
 def test_parse_branch_names_the_variable_and_the_rule(value: object, wrong: str) -> None:
@@ -384,7 +387,9 @@ def test_cuda_toolkit_role_tables_match_module_utils() -> None:
     assert data["__cuda_toolkit_shipped_driver"] == nd.CUDA_TOOLKIT_DRIVER
 
 
-@pytest.mark.parametrize("value", ["535", "580", "58", "r580", "5800", "450", "099"])
+@pytest.mark.parametrize(
+    "value", ["535", "580", "58", "r580", "5800", "450", "099", "580\n", " 580", "580 "]
+)
 def test_driver_role_branch_regex_matches_module_utils(value: str) -> None:
     data = _role_vars("nvidia_driver")
     assert data["__nvidia_driver_min_branch"] == nd.MIN_BRANCH
@@ -400,7 +405,17 @@ def test_driver_role_branch_regex_matches_module_utils(value: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["535.309.01", "570.26", "580.65.06", "580", "latest", "580.65.06.1", "5800.1.1"]
+    "value",
+    [
+        "535.309.01",
+        "570.26",
+        "580.65.06",
+        "580",
+        "latest",
+        "580.65.06.1",
+        "5800.1.1",
+        "580.65.06\n",
+    ],
 )
 def test_driver_role_version_regex_matches_module_utils(value: str) -> None:
     data = _role_vars("nvidia_driver")
