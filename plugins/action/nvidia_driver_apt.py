@@ -142,7 +142,9 @@ class ActionModule(ActionBase):
                 % (names["version_package"], done["stderr"] or "(no message)")
             )
         answer["sources_pending"] = sources_pending
-        answer.update(names=names, packages=packages, pin=names["pin"])
+        answer.update(
+            names=names, packages=packages, pin=names["pin"], rows_query=list(apt.ROWS_QUERY)
+        )
         answer.update(apt.settle(answer, dict(host, **{k: args[k] for k in _SETTLE_ARGS})))
         result.update(answer)
         result["changed"] = False

@@ -89,6 +89,7 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.nvidia_driver_apt impo
     reboot_reasons,
     services_to_change,
 )
+from ansible_collections.kubegpu.gpu.plugins.plugin_utils.plain import plain
 
 
 def nvidia_driver_packages(
@@ -166,27 +167,13 @@ def nvidia_driver_state(installed_version, **values):
         raise AnsibleFilterError("nvidia_driver_state: %s" % exc) from exc
 
 
-def _plain(value):
-    """value as plain dicts, lists and scalars, each item read through the container (ansible's
-    lazy containers template an item when it is read)."""
-    if isinstance(value, dict):
-        return {str(key): _plain(value[key]) for key in value}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    return str(value)
-
-
 def nvidia_driver_fact_text(state):
     if not isinstance(state, dict):
         raise AnsibleFilterError(
             "nvidia_driver_fact_text takes the driver state (a mapping), not a %s"
             % type(state).__name__
         )
-    return fact_text(_plain(state))
+    return fact_text(plain(state))
 
 
 class FilterModule(object):

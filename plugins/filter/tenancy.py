@@ -27,25 +27,13 @@ options:
     required: true
 """
 
-import copy
-
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kubegpu.gpu.plugins.module_utils import (
     gpu_monitoring,
     tenancy,
     tenancy_settings,
 )
-
-
-def _plain(value):
-    """Ansible's tagged values are subclasses of dict, list and str: copy them as plain ones."""
-    if isinstance(value, dict):
-        return dict((str(k), _plain(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, str):
-        return str(value)
-    return copy.deepcopy(value)
+from ansible_collections.kubegpu.gpu.plugins.plugin_utils.plain import plain as _plain
 
 
 def tenancy_validate(config):

@@ -25,6 +25,8 @@ import json
 import os
 import re
 
+from ansible_collections.kubegpu.gpu.plugins.module_utils.nvidia_driver import upstream_version
+
 __metaclass__ = type
 
 
@@ -130,9 +132,10 @@ def package_names(
 
 # --- the read --------------------------------------------------------------------------------
 
-# dpkg-query's row of a driver package: NAME|STATUS|VERSION|SELECTION (the read before the
-# install and the one after it print the same rows, so one parser serves both).
+# dpkg-query's row of a driver package: NAME|STATUS|VERSION|SELECTION. The role's read after the
+# install runs ROWS_QUERY (the action answers it), so held() parses both reads.
 ROWS_FORMAT = "--showformat=${Package}|${db:Status-Abbrev}|${Version}|${db:Status-Want}\\n"
+ROWS_QUERY = ["dpkg-query", "--show", ROWS_FORMAT]
 ALL_PACKAGES_FORMAT = "--showformat=${db:Status-Abbrev} ${Package} ${Version} ${source:Package}\\n"
 UNITS = ("nvidia-persistenced.service", "nvidia-fabricmanager.service")
 VERSION_READ = "#version-read"
@@ -203,7 +206,6 @@ def read_argv(own_prefix, helpers, version_package, packages):
 
 # --- what the read means ---------------------------------------------------------------------
 
-_UPSTREAM = re.compile(r"^(?:[0-9]+:)?([0-9]{3}(?:[.][0-9]+){1,2})(?:[-~+].*)?$")
 _CANDIDATE = re.compile(r"Candidate: (\S+)")
 _INSTALLED = re.compile(r"^.i")
 _INSTALLED_LINE = re.compile(r"^.i. ")
@@ -212,8 +214,9 @@ _ARCH = re.compile(r":.*$")
 
 
 def upstream(version):
-    """'535.216.01-1~deb12u1' and '3:580.95.05-1.el9' -> the driver version part."""
-    return _UPSTREAM.sub(r"\1", version)
+    """'535.216.01-1~deb12u1' and '3:580.95.05-1.el9' -> the driver version part; a version
+    that carries none is kept as it is."""
+    return upstream_version(version) or version
 
 
 def _name(package):
@@ -302,7 +305,7 @@ def package_plan(
     """The install set (the versioned and Fabric Manager packages and, when the version changes,
     every installed package of the driver's source package at the installed version), those of
     it not held yet, and whether every package is installed, the versioned ones at the target
-    version (then the apt step has nothing to do)."""
+    version (then the apt step has nothing to do); and the packages the rows show held."""
     rows = package_rows(lines)
     moving = list(packages) + (
         companions(all_packages, version_package, installed_row) if changing else []
@@ -321,6 +324,7 @@ def package_plan(
     return {
         "install_set": install_set,
         "unheld": [name for name in install_set if name not in on_hold],
+        "held": on_hold,
         "at_target": at_target,
     }
 
@@ -423,7 +427,6 @@ def plan(stdout, settings, all_packages=None):
             all_packages or (),
         )
     )
-    answer["held"] = held(version_lines)
     return answer
 
 

@@ -274,6 +274,11 @@ pin:
   returned: always
   type: list
   elements: str
+rows_query:
+  description: The dpkg-query command line whose rows (NAME|STATUS|VERSION|SELECTION) the read prints for the packages; the role reads them again with it after the install.
+  returned: always
+  type: list
+  elements: str
 settled:
   description: Whether the host has nothing left to change.
   returned: always
