@@ -102,6 +102,22 @@ def format_problems(role: str, given: dict[str, t.Any], rules: t.Mapping[str, t.
                 f' as "{effective}.95.05" that belongs to nvidia_driver_branch ({effective!r}),'
                 " or empty to take the newest of the branch"
             )
+        parameters = given.get("nvidia_driver_module_parameters")
+        bad = [
+            f"{module}.{name!r}"
+            for module, params in (parameters.items() if isinstance(parameters, dict) else ())
+            if isinstance(params, dict)
+            for name in params
+            if not (
+                isinstance(name, str)
+                and re.search(rules["__nvidia_driver_parameter_name_regex"], name)
+            )
+        ]
+        if bad:
+            problems.append(
+                f"nvidia_driver_module_parameters: {', '.join(bad)} (not a parameter name): each"
+                " parameter name is letters, digits and '_', not starting with a digit"
+            )
     elif role == "cuda_toolkit":
         version = given.get("cuda_toolkit_version")
         majors = rules["__cuda_toolkit_min_driver_branch"]

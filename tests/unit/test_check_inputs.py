@@ -112,6 +112,14 @@ CASES = [
         " convert to dict",
     ),
     (
+        # A line break in a module parameter's name would add a line to /etc/modprobe.d.
+        {"nvidia_driver_module_parameters": {"nvidia": {"NVreg_X\ninstall nvidia /bin/sh": 1}}},
+        {},
+        "nvidia_driver_module_parameters: nvidia.'NVreg_X\\ninstall nvidia /bin/sh' (not a"
+        " parameter name)",
+    ),
+    ({"nvidia_driver_branch": "580\n"}, {}, "nvidia_driver_branch is '580\\n': a driver branch"),
+    (
         {"kubelet_gpu_settings": {"max_pods": 10}},
         {},
         "kubelet_gpu_settings: 'max_pods' is not a KubeletConfiguration field name",
