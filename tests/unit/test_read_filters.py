@@ -93,9 +93,6 @@ BEFORE = {
 {%- endfor -%}
 {{ files }}""",
 }
-# Rendered on the side before only: the action answers it as part of source_files now.
-BEFORE_ONLY = ["__nvidia_driver_distribution_sources"]
-DEPENDENTS: list[str] = []
 
 OWN = "/etc/apt/sources.list.d/kubegpu-nvidia-distribution-ef5c2992.sources:1"
 
@@ -260,7 +257,7 @@ def driver(
         tmp_path_factory.mktemp("driver-reads"),
         ROLES / "nvidia_driver" / "vars",
         BEFORE,
-        [*BEFORE, *DEPENDENTS],
+        list(BEFORE),
         hosts,
         {
             "__nvidia_driver_apt_read": {"stdout_lines": "{{ read_lines }}"},
@@ -467,7 +464,7 @@ def test_the_values_are_what_the_jinja_gave(
 ) -> None:
     before, now = request.getfixturevalue(role)[case]
     names = {
-        "driver": {*BEFORE, *DEPENDENTS},
+        "driver": set(BEFORE),
         "toolkit": {*TOOLKIT_BEFORE, *TOOLKIT_DEPENDENTS},
     }[role]
     assert set(before) == set(now) == names
