@@ -26,13 +26,19 @@ class ActionModule(ActionBase):
         del tmp
         task_vars = task_vars or {}
         args = self._task.args
-        unknown = sorted(set(args) - {"node_group"})
+        unknown = sorted(set(args) - {"node_group", "scope"})
         if unknown:
             raise AnsibleActionFail(
                 f"kubegpu.gpu.check_inputs: unknown option(s) {', '.join(unknown)}"
-                " (allowed: node_group)"
+                " (allowed: node_group, scope)"
             )
         group = str(args.get("node_group", "gpu_nodes"))
+        scope = str(args.get("scope", "all"))
+        if scope not in ("all", "nodes"):
+            raise AnsibleActionFail(
+                f"kubegpu.gpu.check_inputs: scope is {scope!r}: it is 'all' (node and cluster"
+                " layers) or 'nodes' (the node layers only)"
+            )
         hostvars = task_vars.get("hostvars", {})
         nodes = list(task_vars.get("groups", {}).get(group, []))
         problems: list[str] = []
@@ -53,11 +59,13 @@ class ActionModule(ActionBase):
             misspelled[host] = inputs.misspelled(others, known)
         for role in inputs.NODE_ROLES:
             problems.extend(inputs.merge(by_role[role]))
-        given, others = self._given(task_vars, inputs.CLUSTER_ROLES, unread)
-        for role in inputs.CLUSTER_ROLES:
-            problems.extend(inputs.role_problems(role, options[role], given[role], rules[role]))
+        if scope == "all":
+            given, others = self._given(task_vars, inputs.CLUSTER_ROLES, unread)
+            for role in inputs.CLUSTER_ROLES:
+                problems.extend(inputs.role_problems(role, options[role], given[role], rules[role]))
         problems.extend(inputs.merge(misspelled))
-        problems.extend(p for p in inputs.misspelled(others, known) if p not in problems)
+        if scope == "all":
+            problems.extend(p for p in inputs.misspelled(others, known) if p not in problems)
         result.update(
             changed=False,
             problems=problems,
@@ -65,10 +73,11 @@ class ActionModule(ActionBase):
             # Values built from what only a host can tell (its facts): the roles check them.
             unread=sorted(set(unread)),
         )
+        checked = "" if scope == "nodes" else " and the cluster layer"
         result["msg"] = (
             "\n".join(problems)
             if problems
-            else f"the inputs of {len(nodes)} GPU node(s) and the cluster layer are valid"
+            else f"the inputs of {len(nodes)} GPU node(s){checked} are valid"
         )
         return result
 

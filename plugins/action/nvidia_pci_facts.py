@@ -17,6 +17,7 @@ import os
 import typing as t
 
 from ansible_collections.kubegpu.gpu.plugins.module_utils import nvidia_pci as pci
+from ansible_collections.kubegpu.gpu.plugins.plugin_utils import checks as kchecks
 from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
     B64_HELPERS,
     PipedAction,
@@ -26,16 +27,18 @@ from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
 )
 
 # $1 host_root, $2 "1" to ask mokutil (host_root is /), $3 the Secure Boot EFI variable's
-# name, then the file_states paths. Per PCI
+# name, $4 the certificate to test with mokutil --test-key (or empty), then the file_states
+# paths. Per PCI
 # function "d NAME ATTR VALUE" (the attribute's first line, read by the shell itself: no process
 # per file) or "dn NAME ATTR" (unreadable), and "l NAME TARGET" or "ln NAME" for the driver
-# link; "file KEY B64", "nofile KEY", "dir KEY 0|1", "mokutil B64", "nomokutil" and
+# link; "file KEY B64", "nofile KEY", "dir KEY 0|1", "mokutil B64", "nomokutil", "moktest B64",
+# "nomoktest" and
 # "state B64PATH TYPE MODE UID GID [SHA256]" or "nostate B64PATH".
 _SCRIPT = (
     B64_HELPERS
     + r"""
-root=${1%/} ask_mokutil=$2 secure_boot_var=$3
-shift 3
+root=${1%/} ask_mokutil=$2 secure_boot_var=$3 mok_cert=$4
+shift 4
 [ -d "${root:-/}" ] && echo 'root 1' || echo 'root 0'
 file() {
   if [ -f "$2" ] && [ -r "$2" ]; then printf 'file %s %s\n' "$1" "$(base64 -w0 < "$2")"
@@ -83,6 +86,12 @@ if [ -d "$root/sys/firmware/efi" ]; then
     if [ -n "$mokutil" ]; then printf 'mokutil %s\n' "$(b64 "$(LC_ALL=C "$mokutil" --sb-state 2>&1)")"
     else echo nomokutil; fi
   fi
+  if [ "$ask_mokutil" = 1 ] && [ -n "$mok_cert" ]; then
+    mokutil=$(PATH=$PATH:/sbin:/usr/sbin:/usr/local/sbin command -v mokutil)
+    if [ -n "$mokutil" ]; then
+      printf 'moktest %s\n' "$(b64 "$(LC_ALL=C "$mokutil" --test-key "$mok_cert" 2>&1)")"
+    else echo nomoktest; fi
+  fi
 fi
 for p in "$@"; do
   if [ -L "$p" ]; then kind=link
@@ -106,6 +115,7 @@ _ARGUMENT_SPEC: dict[str, t.Any] = {
     "kernel_module_type": {"type": "str", "choices": ["auto", "open", "proprietary"]},
     "branch": {"type": "str"},
     "file_states": {"type": "list", "elements": "str", "default": []},
+    "mok_certificate": {"type": "str"},
 }
 
 
@@ -124,6 +134,8 @@ class _Answers:
         self._names: dict[str, None] | None = None
         self.mokutil_output: str | None = None
         self.mokutil_asked = False
+        self.moktest_output: str | None = None
+        self.moktest_asked = False
         devices = pci.below(root, "/sys/bus/pci/devices")
         keyed = {
             "product": pci.below(root, "/sys/class/dmi/id/product_name"),
@@ -168,6 +180,10 @@ class _Answers:
                 self.mokutil_asked, self.mokutil_output = True, b64_text(rest)
             elif key == "nomokutil":
                 self.mokutil_asked = True
+            elif key == "moktest":
+                self.moktest_asked, self.moktest_output = True, b64_text(rest)
+            elif key == "nomoktest":
+                self.moktest_asked = True
             elif key == "state":
                 encoded, kind, mode, uid, gid, *digest = rest.split(" ")
                 state: dict[str, t.Any] = {
@@ -209,9 +225,15 @@ class _Answers:
             raise Unanswered("mokutil")
         return self.mokutil_output
 
+    def moktest(self) -> str | None:
+        if not self.moktest_asked:
+            raise Unanswered("mokutil --test-key")
+        return self.moktest_output
 
-class ActionModule(PipedAction):
+
+class ActionModule(kchecks.RawChecks, PipedAction):
     ARGUMENT_SPEC = _ARGUMENT_SPEC
+    TAKES_CHECKS = True
     REQUIRED_BY: t.ClassVar = {"kernel_module_type": ("branch",)}
 
     def node_paths(self, args: dict[str, t.Any]) -> list[str]:
@@ -222,7 +244,10 @@ class ActionModule(PipedAction):
     ) -> dict[str, t.Any]:
         root = args["host_root"] or "/"
         ask_mokutil = "1" if root == "/" else "0"
-        done = self.read(_SCRIPT, [root, ask_mokutil, pci.SECURE_BOOT_VAR, *args["file_states"]])
+        certificate = args["mok_certificate"] or ""
+        done = self.read(
+            _SCRIPT, [root, ask_mokutil, pci.SECURE_BOOT_VAR, certificate, *args["file_states"]]
+        )
         return self._facts(_Answers(done["stdout"], root), args)
 
     @staticmethod
@@ -243,6 +268,7 @@ class ActionModule(PipedAction):
             args["branch"],
             args["file_states"],
             answers.mokutil,
+            answers.moktest if args["mok_certificate"] else None,
         )
         return {
             "changed": False,

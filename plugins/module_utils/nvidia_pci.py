@@ -200,13 +200,23 @@ def summarise(functions, product_name, requested, branch):
     return facts
 
 
-def gather(root, reader, requested, branch, file_states, mokutil=None):
+def key_test(output):
+    """What `mokutil --test-key CERT` said (None: no mokutil) -> whether shim has the key."""
+    if output is None:
+        return {"enrolled": False, "output": "mokutil is not installed"}
+    return {"enrolled": "is already enrolled" in output, "output": output.strip()}
+
+
+def gather(root, reader, requested, branch, file_states, mokutil=None, mok_test=None):
     """The module's result: (ansible_facts' nvidia_pci, file_states) for a host root that is a
-    directory and absolute file_states."""
+    directory and absolute file_states. mok_test() -> `mokutil --test-key`'s output (None
+    without mokutil), asked only for / under Secure Boot."""
     functions = read_functions(root, reader)
     product = (reader.read(below(root, "/sys/class/dmi/id/product_name")) or "").strip()
     facts = summarise(functions, product, requested, branch)
     facts["modules"] = read_modules(root, reader)
     facts["loaded_driver"] = read_loaded_driver(root, reader)
     facts["secure_boot"] = read_secure_boot(root, reader, mokutil)
+    if mok_test is not None and root == "/" and facts["secure_boot"]["state"] == "enabled":
+        facts["secure_boot"]["key_test"] = key_test(mok_test())
     return facts, dict((path, reader.file_state(path)) for path in file_states)

@@ -32,6 +32,17 @@ options:
     description: The inventory group of the GPU nodes.
     type: str
     default: gpu_nodes
+  scope:
+    description:
+      - V(all) checks the node layers and the cluster layer (the preflight play, on the
+        controller, before any host is contacted).
+      - V(nodes) checks the node layers only, for every host of O(node_group). The node play
+        runs it once (C(run_once)) after gathering facts, in place of the argument-spec check
+        that ansible-core adds to each role for each host, so a value built from a host's facts
+        is checked too.
+    type: str
+    choices: [all, nodes]
+    default: all
 attributes:
   check_mode:
     support: full
@@ -69,7 +80,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(node_group=dict(type="str", default="gpu_nodes")),
+        argument_spec=dict(
+            node_group=dict(type="str", default="gpu_nodes"),
+            scope=dict(type="str", choices=["all", "nodes"], default="all"),
+        ),
         supports_check_mode=True,
     )
     module.fail_json(

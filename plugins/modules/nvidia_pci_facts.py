@@ -52,6 +52,22 @@ options:
     type: list
     elements: path
     default: []
+  checks:
+    description:
+      - Checks of what was read, evaluated on the controller after the read as
+        M(kubegpu.gpu.checks) evaluates its O(kubegpu.gpu.checks#module:checks), with the facts
+        read among the host's facts and the task's result under its C(register) name. The
+        first failed check fails the task with its message.
+      - Taken by the action plugin only (the module never sees them), so the read and the
+        checks of what it shows cost one task (one worker per host) instead of two.
+    type: list
+    elements: dict
+  mok_certificate:
+    description:
+      - A DKMS signing certificate to test with C(mokutil --test-key) when Secure Boot is
+        enabled and I(host_root) is C(/); the answer is C(secure_boot.key_test) in the facts
+        (C(enrolled) and mokutil's words).
+    type: path
 attributes:
   check_mode:
     support: full
@@ -135,7 +151,10 @@ ansible_facts:
           description: Version and flavor of the loaded NVIDIA module, or null.
           type: dict
         secure_boot:
-          description: C(state) (enabled, disabled, unsupported, unknown) and C(source).
+          description:
+            - C(state) (enabled, disabled, unsupported, unknown) and C(source).
+            - C(key_test) (C(enrolled), C(output)) when I(mok_certificate) is given and Secure
+              Boot is enabled.
           type: dict
         kernel_module_type:
           description: C(requested), C(effective) and C(reason), when kernel_module_type is given.
@@ -194,6 +213,21 @@ def mokutil_of(module):
     return run if module is not None else None
 
 
+def mok_test_of(module, certificate):
+    """mokutil --test-key CERTIFICATE's output, or None without mokutil."""
+
+    def run():
+        path = module.get_bin_path("mokutil")
+        if not path:
+            return None
+        _rc, out, err = module.run_command(
+            [path, "--test-key", certificate], environ_update={"LC_ALL": "C"}, check_rc=False
+        )
+        return out + err
+
+    return run if certificate else None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -201,6 +235,9 @@ def main():
             kernel_module_type=dict(type="str", choices=["auto", "open", "proprietary"]),
             branch=dict(type="str"),
             file_states=dict(type="list", elements="path", default=[]),
+            mok_certificate=dict(type="path"),
+            # Evaluated by the action plugin, which takes them out before the module runs.
+            checks=dict(type="list", elements="dict"),
         ),
         required_by={"kernel_module_type": ("branch",)},
         supports_check_mode=True,
@@ -220,6 +257,7 @@ def main():
         module.params["branch"],
         module.params["file_states"],
         mokutil_of(module),
+        mok_test_of(module, module.params["mok_certificate"]),
     )
     module.exit_json(changed=False, ansible_facts={"nvidia_pci": facts}, file_states=file_states)
 

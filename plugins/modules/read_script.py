@@ -25,19 +25,45 @@ description:
   - It only reads, so it runs in check mode too, and it never reports a change.
   - The task's C(environment) applies, as for a module.
   - Fails when the script exits with a non-zero status, unless the task says otherwise
-    (C(failed_when)).
+    (C(failed_when)), or when one of O(checks) fails.
 options:
   script:
     description:
       - The POSIX sh script. C($1), C($2), ... are the items of O(argv); pass values through
         O(argv) rather than templating them into the script.
+      - Empty (the default) reads nothing, which only O(checks) may ask for (a task that reads
+        only where there is something to read and checks everywhere).
     type: str
-    required: true
+    default: ""
   argv:
     description: The script's positional parameters.
     type: list
     elements: str
     default: []
+  plan:
+    description:
+      - A role's decisions over what the read printed, made once in Python and returned as
+        RV(plan) with the read (role variables that derived them in Jinja would be rendered
+        again at each reference).
+      - V(container_runtime) (module_utils/container_runtime_read.py) and
+        V(nvidia_container_toolkit) (module_utils/nvidia_container_toolkit_read.py) take the
+        output of those roles' reads; O(plan_args) gives the settings they decide against.
+    type: str
+    choices: [container_runtime, nvidia_container_toolkit]
+  plan_args:
+    description: The settings O(plan) decides against, as its module_utils function names them.
+    type: dict
+    default: {}
+  checks:
+    description:
+      - Checks of what the read shows, evaluated on the controller after the read as
+        M(kubegpu.gpu.checks) evaluates its O(kubegpu.gpu.checks#module:checks), with the
+        task's result visible under its C(register) name. The first failed check fails the task
+        with its message; they apply only to a read that did not fail.
+      - The read and the checks of what it shows cost one task (one worker per host) instead of
+        two.
+    type: list
+    elements: dict
 attributes:
   check_mode:
     support: full
@@ -71,6 +97,14 @@ stdout:
   description: Its standard output, trailing line ends stripped.
   returned: always
   type: str
+plan:
+  description: The decisions of O(plan) over what the read printed (also when it failed).
+  returned: when O(plan) is given
+  type: dict
+checked:
+  description: How many of O(checks) applied (and passed).
+  returned: when O(checks) is given and the read and every check passed
+  type: int
 stdout_lines:
   description: RV(stdout) split into lines.
   returned: always
@@ -93,8 +127,11 @@ from ansible.module_utils.basic import AnsibleModule
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            script=dict(type="str", required=True),
+            script=dict(type="str", default=""),
             argv=dict(type="list", elements="str", default=[]),
+            plan=dict(type="str", choices=["container_runtime", "nvidia_container_toolkit"]),
+            plan_args=dict(type="dict", default={}),
+            checks=dict(type="list", elements="dict"),
         ),
         supports_check_mode=True,
     )

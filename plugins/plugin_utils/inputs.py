@@ -215,7 +215,12 @@ def misspelled(names: t.Iterable[str], known: t.Iterable[str]) -> list[str]:
     prefix, nvidia_drivr_branch): one line each, with the name meant."""
     known = sorted(set(known))
     problems = []
+    # A name with a leading underscore is a role's own (its vars, set_fact and registered
+    # results, which a host's variables hold once a role ran on it in the same run), never an
+    # input.
     for name in sorted(set(names) - set(known)):
+        if name.startswith("_"):
+            continue
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
         if close:
             problems.append(

@@ -13,6 +13,7 @@ import typing as t
 from ansible import constants as C
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.kubegpu.gpu.plugins.plugin_utils import checks as kchecks
 
 display = Display()
 
@@ -180,18 +181,24 @@ class PipedAction(ActionBase):
     ARGUMENT_SPEC: t.ClassVar[dict[str, dict[str, t.Any]]] = {}
     REQUIRED_BY: t.ClassVar[dict[str, tuple[str, ...]] | None] = None
 
+    # Whether the action takes a `checks` option (plugin_utils/checks.py): evaluated after the
+    # read, against its result. A subclass that sets it also mixes in checks.RawChecks.
+    TAKES_CHECKS: t.ClassVar[bool] = False
+
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
+        checks = kchecks.pop_checks(self) if self.TAKES_CHECKS else None
         args = self.arguments()
         if args is None:
             result.update(self._execute_module(task_vars=task_vars))
-            return result
-        result.update(
-            answer_or_run_module(
-                self, task_vars, self.node_paths(args), lambda: self.answer(args, task_vars)
+        else:
+            result.update(
+                answer_or_run_module(
+                    self, task_vars, self.node_paths(args), lambda: self.answer(args, task_vars)
+                )
             )
-        )
+        kchecks.after_read(self, task_vars, result, checks)
         return result
 
     def arguments(self) -> dict[str, t.Any] | None:

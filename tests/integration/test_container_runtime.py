@@ -32,6 +32,11 @@ PACKAGES = (
     "libnvidia-container1",
 )
 MODULE_TASK = "Wire the nvidia runtime into containerd through a validated drop-in"
+# The role's one include: the install steps then the wiring, or docker's or CRI-O's wiring.
+RUNTIME_INCLUDE = (
+    "Install containerd and give it the nvidia runtime, or give the runtime found the nvidia"
+    " runtime"
+)
 
 TOOLKIT_PLAY = """
 - name: Install the container toolkit from the testbed's mirror
@@ -313,22 +318,17 @@ def test_toolkit_upgrade_moves_the_hold_and_regenerates_cdi(
     for node in toolkit_nodes:
         assert again.stats(node)["changed"] == 0, (node, again.explain())
     assert again.task("Generate the CDI spec with nvidia-ctk", gpu_node).get("skipped") is True
-    # One read told the role the keyring, its folder and the source are as they should be: the
-    # key and source steps are skipped as one include (none of them is evaluated), and no file
-    # is written.
+    # One read told the role the keyring, its folder and the source are as they should be: no
+    # file is written.
     evaluated = again.names(gpu_node)
-    assert any(name.endswith(KEYRING_INCLUDE) for name in evaluated), evaluated
+    assert again.task(SETUP_INCLUDE, gpu_node).get("skipped") is True
+    # The same read showed the pin and the packages in place: the repository and install
+    # steps are skipped as that one include.
     for step in (
+        KEYRING_INCLUDE,
         "Copy the repository's signing key from the controller",
         KEYRING_DIR_TASK,
         "Add the repository as a deb822 source signed by that key",
-    ):
-        assert not any(name.endswith(step) for name in evaluated), step
-    for task in (KEYRING_INCLUDE, INSTALL_INCLUDE):
-        assert again.task(task, gpu_node).get("skipped") is True, task
-    # The same read showed the pin and the packages in place: the install steps are skipped as
-    # one include too.
-    for step in (
         "Pin the toolkit packages at 1.18.0-1",
         "Read which packages are installed",
         "Move, install or hold the toolkit packages",
@@ -341,7 +341,7 @@ PIN = "/etc/apt/preferences.d/kubegpu-nvidia-container-toolkit"
 KEYRING_INCLUDE = (
     "Install the APT helpers, put the signing key and the repository's source in place"
 )
-INSTALL_INCLUDE = "Install the pinned toolkit packages and hold them"
+SETUP_INCLUDE = "Add the toolkit's package repository and install the pinned packages"
 KEYRING_DIR_TASK = (
     "Create the directory for APT keyrings and remove a keyring of the other format left by an"
     " earlier run"
@@ -375,7 +375,7 @@ def test_a_changed_keyring_pin_and_one_of_the_other_format_are_put_right(
     again = play(TOOLKIT_PLAY, [node], kubegpu_toolkit_version="1.18.0-1")
     assert again.rc == 0, again.explain()
     assert again.stats(node)["changed"] == 0, again.explain()
-    assert again.task(INSTALL_INCLUDE, node).get("skipped") is True
+    assert again.task(SETUP_INCLUDE, node).get("skipped") is True
     # Without the repository step the role reads the packages and writes the pin itself.
     alone = play(
         TOOLKIT_PLAY,
@@ -517,9 +517,12 @@ def test_a_stopped_and_disabled_containerd_is_enabled_and_started_again(
     assert again.rc == 0, again.explain()
     assert again.stats(node)["changed"] == 0
     # The same read said the packages are installed and containerd enabled and running: the
-    # include of the install steps is skipped, so neither APT nor systemd is asked.
-    assert again.task("Install containerd from the distribution", node).get("skipped") is True
-    assert not [n for n in again.names(node) if n.endswith("Enable and start containerd")]
+    # role wired containerd and ended, evaluating no install step, so neither APT nor systemd
+    # is asked.
+    names = again.names(node)
+    assert again.task(MODULE_TASK, node)["changed"] is False
+    assert not [n for n in names if n.endswith(RUNTIME_INCLUDE)], names
+    assert not [n for n in names if n.endswith("Enable and start containerd")]
 
 
 DEFAULT_WITH_SYSTEMD = "containerd config default | sed 's/SystemdCgroup = false/SystemdCgroup = true/' > /etc/containerd/config.toml"

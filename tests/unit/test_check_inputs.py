@@ -8,6 +8,7 @@ one would report it unreachable (exit 3)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -193,3 +194,66 @@ def test_a_problem_of_every_node_names_no_host() -> None:
 def test_every_role_checked_has_argument_specs() -> None:
     for role in inputs.NODE_ROLES + inputs.CLUSTER_ROLES:
         assert inputs.load_options(REPO / "roles", role)
+
+
+def test_the_node_play_checks_every_node_once_before_any_role(tmp_path: Path) -> None:
+    """playbooks/nodes.yml on its own (the roles imported without ansible-core's per-role,
+    per-host argument-spec tasks): one check_inputs task for all nodes after gathering, and a
+    bad value on one node stops every node before any role's task."""
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    data = {
+        "all": {
+            "children": {
+                "gpu_nodes": {
+                    "hosts": {"n1": {}, "n2": {"cuda_toolkit_enabled": "perhaps"}},
+                    "vars": local,
+                }
+            }
+        }
+    }
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(data))
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+        "ANSIBLE_CACHE_PLUGIN": "memory",
+    }
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            str(tmp_path / "inventory.yml"),
+            str(REPO / "playbooks" / "nodes.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    tasks = [
+        task
+        for play in report["plays"]
+        for task in play["tasks"]
+        if task["task"]["name"] != "Gathering Facts"
+    ]
+    assert [task["task"]["name"] for task in tasks] == [
+        "Check the variables of every node layer against the roles' argument specs",
+        "Stop before any node changes when a variable is wrong",
+    ]
+    checked, stopped = tasks
+    assert list(checked["hosts"]) == ["n1"]  # once, for every node
+    [problem] = checked["hosts"]["n1"]["problems"]
+    assert problem.startswith(
+        "argument 'cuda_toolkit_enabled' is of type str and we were unable to convert to bool"
+    )
+    assert problem.endswith("(hosts: n2)")
+    assert stopped["hosts"]["n1"]["failed"] is True
+    assert "cuda_toolkit_enabled" in stopped["hosts"]["n1"]["msg"]
+    # A failed run_once task stops every node of the play: n2 ran nothing after gathering.
+    assert report["stats"]["n1"]["failures"] == 1
+    assert report["stats"]["n2"]["ok"] == 1
+    assert report["stats"]["n2"]["changed"] == 0

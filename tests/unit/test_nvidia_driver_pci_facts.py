@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.kubegpu.gpu.plugins.module_utils import nvidia_pci as pci
 from ansible_collections.kubegpu.gpu.plugins.modules import nvidia_pci_facts as mod
 
 REPO = Path(__file__).resolve().parents[2]
@@ -279,3 +280,67 @@ def test_file_states_report_type_digest_mode_and_owner(tmp_path: Path, t4_root: 
     assert results["relative"]["failed"] is True
     assert "absolute paths" in results["relative"]["msg"]
     assert "etc/x.conf" in results["relative"]["msg"]
+
+
+@pytest.mark.parametrize(
+    ("output", "enrolled"),
+    [
+        ("SHA1 Fingerprint: 0a:1b\n/var/lib/dkms/mok.pub is already enrolled\n", True),
+        ("/var/lib/dkms/mok.pub is not enrolled\n", False),
+        (None, False),
+    ],
+    ids=["enrolled", "not-enrolled", "no-mokutil"],
+)
+def test_the_key_test_says_whether_shim_has_the_key(output: str | None, enrolled: bool) -> None:
+    answer = pci.key_test(output)
+    assert answer["enrolled"] is enrolled
+    assert answer["output"] == (output.strip() if output else "mokutil is not installed")
+
+
+def test_the_key_is_only_tested_on_the_host_itself_under_secure_boot(tmp_path: Path) -> None:
+    var = tmp_path / SECURE_BOOT
+    var.parent.mkdir(parents=True)
+    var.write_bytes(b"\x06\x00\x00\x00\x01")
+    asked = []
+
+    def mok_test() -> str:
+        asked.append(1)
+        return "is already enrolled"
+
+    facts, _ = pci.gather(str(tmp_path), pci.LocalReader(), None, None, [], None, mok_test)
+    # An image or chroot (host_root other than /): shim's keys are not that root's.
+    assert facts["secure_boot"]["state"] == "enabled"
+    assert "key_test" not in facts["secure_boot"]
+    assert asked == []
+
+
+def test_checks_after_the_read_see_its_facts_and_result(tmp_path: Path, t4_root: Path) -> None:
+    checks = [
+        {"name": "a GPU", "that": ["ansible_facts['nvidia_pci']['gpu_count'] == 1"], "msg": "x"},
+        {
+            "name": "no GPU",
+            "that": ["pci.ansible_facts.nvidia_pci.gpu_count == 0"],
+            "msg": "{{ ansible_facts['nvidia_pci']['gpu_count'] }} GPU(s): {{ generations }}",
+        },
+    ]
+    play = [
+        {
+            "name": "checks",
+            "hosts": "all",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "read",
+                    "kubegpu.gpu.nvidia_pci_facts": {"host_root": str(t4_root), "checks": checks},
+                    "vars": {"generations": "{{ ansible_facts['nvidia_pci']['generations'] }}"},
+                    "register": "pci",
+                },
+            ],
+        }
+    ]
+    rc, report, stderr = run_playbook(tmp_path, play, {"h1": {}})
+    assert rc != 0, stderr
+    result = dict(host_results(report, "h1"))["read"]
+    assert result["failed"] is True
+    assert result["check"] == "no GPU"
+    assert result["msg"] == "1 GPU(s): ['turing']"

@@ -185,10 +185,11 @@ def render_both(
     names: list[str],
     hosts: dict[str, dict[str, Any]],
     task_vars: dict[str, Any],
+    before_tasks: tuple[dict[str, Any], ...] = (),
 ) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     """Render `names` on every host twice, each through ansible-playbook: with the role's
-    vars/main.yml as it is, and with a copy whose `before` values are the old expressions.
-    Returns case -> (values before, values now)."""
+    vars/main.yml as it is, and with a copy whose `before` values are the old expressions
+    (before_tasks run first on both sides). Returns case -> (values before, values now)."""
     old = yaml.safe_load((vars_dir / "main.yml").read_text())
     old.update(before)
     old_file = tmp_path / "main-before.yml"
@@ -217,6 +218,7 @@ def render_both(
                     ),
                     "loop_control": {"loop_var": "path"},
                 },
+                *before_tasks,
                 {
                     "name": "Render",
                     "ansible.builtin.set_fact": {
@@ -369,25 +371,81 @@ def test_the_driver_cases_reach_every_branch(
     assert values["nothing_read"][sources] == []
 
 
-# The nvidia_container_toolkit role's values from its repository read, before the filter.
+# The nvidia_container_toolkit role's values from its reads, as Jinja pipelines decided them
+# before kubegpu.gpu.read_script's plan (module_utils/nvidia_container_toolkit_read.py), verbatim;
+# setup_work is the conditions of the two includes it replaced.
 TOOLKIT_BEFORE = {
-    "__nvidia_container_toolkit_rows": """{{ __nvidia_container_toolkit_first_rows.stdout_lines | select('match', '^[^ |]+[|]')
-     | map('split', '|') | list }}""",
+    "__nvidia_container_toolkit_first_rows": """{{ __nvidia_container_toolkit_query
+   if __nvidia_container_toolkit_query is defined and __nvidia_container_toolkit_query is not skipped
+   else __nvidia_container_toolkit_repo_read }}""",
+    "__nvidia_container_toolkit_rows": """{{ __nvidia_container_toolkit_first_rows.stdout_lines | kubegpu.gpu.matching_fields('^[^ |]+[|]', sep='|') }}""",
+    "__nvidia_container_toolkit_installed": """{{ __nvidia_container_toolkit_rows | selectattr('1', 'match', '^.[^nc]')
+   | map(attribute='0') | unique | list }}""",
+    "__nvidia_container_toolkit_rows_at_version": """{{ __nvidia_container_toolkit_rows
+   | selectattr('2', 'match', __nvidia_container_toolkit_version_match) | list }}""",
+    "__nvidia_container_toolkit_outdated": """{{ nvidia_container_toolkit_packages
+   | reject('in', __nvidia_container_toolkit_rows_at_version | selectattr('1', 'match', '^.[^nc]')
+                  | map(attribute='0') | list)
+   | list }}""",
+    "__nvidia_container_toolkit_unsettled": """{{ nvidia_container_toolkit_packages
+   | reject('in', __nvidia_container_toolkit_rows_at_version | selectattr('1', 'match', '^.i')
+                  | map(attribute='0') | list)
+   | list }}""",
+    "__nvidia_container_toolkit_unselected": """{{ nvidia_container_toolkit_packages
+   | reject('in', __nvidia_container_toolkit_rows
+                  | selectattr('3', 'defined')
+                  | selectattr('3', 'equalto', 'hold' if nvidia_container_toolkit_hold | bool else 'install')
+                  | map(attribute='0') | list)
+   | list }}""",
     "__nvidia_container_toolkit_helpers_missing": """{{ (['gpg'] if nvidia_container_toolkit_repo_key_fingerprint | length > 0 else [])
-     | reject('in', __nvidia_container_toolkit_repo_read.stdout_lines | select('match', '^pkg [^ ]+ .i')
-                    | map('split', ' ') | map(attribute=1) | list)
-     | list }}""",
+   | reject('in', __nvidia_container_toolkit_repo_read.stdout_lines
+                  | kubegpu.gpu.matching_fields('^pkg [^ ]+ .i', field=1))
+   | list }}""",
     "__nvidia_container_toolkit_keyring_dir_stale": """{{ 'dir directory 755 root root' not in __nvidia_container_toolkit_repo_read.stdout_lines
-     or __nvidia_container_toolkit_repo_read.stdout_lines | select('match', '^other ') | list | length > 0 }}""",
-    "__nvidia_container_toolkit_keyring_row": """{{ (__nvidia_container_toolkit_repo_read.stdout_lines | select('match', '^keyring ') | first | default('keyring')).split(' ') }}""",
+   or __nvidia_container_toolkit_repo_read.stdout_lines | kubegpu.gpu.matching_fields('^other ') | length > 0 }}""",
+    "__nvidia_container_toolkit_keyring_row": """{{ (__nvidia_container_toolkit_repo_read.stdout_lines | kubegpu.gpu.matching_fields('^keyring ') + [['keyring']]) | first }}""",
+    "__nvidia_container_toolkit_key_stale": """{{ (__nvidia_container_toolkit_keyring_row[2:] != ['644', 'root', 'root']
+    or (nvidia_container_toolkit_repo_key_checksum | default('', true) | length > 0
+        and nvidia_container_toolkit_repo_key_checksum != 'sha256:' ~ __nvidia_container_toolkit_keyring_row[1]))
+   if nvidia_container_toolkit_repo_key_file | length == 0
+   else __nvidia_container_toolkit_keyring_row[1:]
+        != [lookup('kubegpu.gpu.file_sha256', nvidia_container_toolkit_repo_key_file), '644', 'root', 'root'] }}""",
+    "__nvidia_container_toolkit_pin_in_place": """{{ nvidia_container_toolkit_repo_manage | bool
+   and ['pin', __nvidia_container_toolkit_pin_content | hash('sha256'), '644', 'root', 'root']
+       in __nvidia_container_toolkit_repo_read.stdout_lines | map('split', ' ') | list }}""",
+    "__nvidia_container_toolkit_packages_work": """{{ __nvidia_container_toolkit_outdated | length > 0
+   or __nvidia_container_toolkit_unsettled | length > 0
+   or '*' in nvidia_container_toolkit_version
+   or (__nvidia_container_toolkit_repo | default({})) is changed
+   or __nvidia_container_toolkit_unselected | length > 0 }}""",
+    "__nvidia_container_toolkit_install_work": """{{ ansible_facts['os_family'] != 'Debian'
+   or not nvidia_container_toolkit_repo_manage | bool
+   or not __nvidia_container_toolkit_pin_in_place | bool
+   or __nvidia_container_toolkit_packages_work | bool }}""",
+    "__nvidia_container_toolkit_source_stale": """{{ __nvidia_container_toolkit_repo_read.stdout_lines
+   | select('match', '^own ' ~ (__nvidia_container_toolkit_source | hash('sha256')) ~ ' 644 ')
+   | list | length == 0 }}""",
+    "__nvidia_container_toolkit_setup_work": """{{ __nvidia_container_toolkit_install_work | bool
+     or (nvidia_container_toolkit_repo_manage | bool
+         and (__nvidia_container_toolkit_helpers_missing | length > 0
+              or __nvidia_container_toolkit_keyring_dir_stale | bool
+              or __nvidia_container_toolkit_key_stale | bool
+              or __nvidia_container_toolkit_source_stale | bool)) }}""",
 }
-TOOLKIT_DEPENDENTS = [
+# The values the role takes from the plan, compared with the oracle's.
+TOOLKIT_NAMES = [
     "__nvidia_container_toolkit_installed",
-    "__nvidia_container_toolkit_rows_at_version",
     "__nvidia_container_toolkit_outdated",
     "__nvidia_container_toolkit_unsettled",
     "__nvidia_container_toolkit_unselected",
+    "__nvidia_container_toolkit_helpers_missing",
+    "__nvidia_container_toolkit_keyring_dir_stale",
     "__nvidia_container_toolkit_key_stale",
+    "__nvidia_container_toolkit_pin_in_place",
+    "__nvidia_container_toolkit_source_stale",
+    "__nvidia_container_toolkit_packages_work",
+    "__nvidia_container_toolkit_install_work",
+    "__nvidia_container_toolkit_setup_work",
 ]
 TOOLKIT_READ = (
     (Path(__file__).parent / "data" / "apt" / "toolkit-read-debian12.txt").read_text().splitlines()
@@ -431,8 +489,8 @@ def toolkit(
     )
     hosts = {
         name: {
+            **defaults,
             "read_lines": read,
-            "nvidia_container_toolkit_packages": defaults["nvidia_container_toolkit_packages"],
             "nvidia_container_toolkit_version": "1.18.0-1",
             "nvidia_container_toolkit_hold": True,
             "nvidia_container_toolkit_repo_key_fingerprint": "ABCD",
@@ -442,16 +500,26 @@ def toolkit(
         }
         for name, (read, settings) in TOOLKIT_CASES.items()
     }
+    # The read itself is the case's lines printed by sh, through kubegpu.gpu.read_script with
+    # the role's own plan arguments: the plan is the action's.
+    read = {
+        "name": "Read",
+        "kubegpu.gpu.read_script": {
+            "script": 'for line in "$@"; do printf "%s\\n" "$line"; done',
+            "argv": "{{ read_lines }}",
+            "plan": "nvidia_container_toolkit",
+            "plan_args": "{{ __nvidia_container_toolkit_plan_args }}",
+        },
+        "register": "__nvidia_container_toolkit_repo_read",
+    }
     return render_both(
         tmp_path_factory.mktemp("toolkit-reads"),
         ROLES / "nvidia_container_toolkit" / "vars",
         TOOLKIT_BEFORE,
-        [*TOOLKIT_BEFORE, *TOOLKIT_DEPENDENTS],
+        TOOLKIT_NAMES,
         hosts,
-        {
-            "__nvidia_container_toolkit_repo_read": {"stdout_lines": "{{ read_lines }}"},
-            "__nvidia_container_toolkit_query": {"skipped": True, "changed": False},
-        },
+        {"__nvidia_container_toolkit_query": {"skipped": True, "changed": False}},
+        (read,),
     )
 
 
@@ -463,10 +531,7 @@ def test_the_values_are_what_the_jinja_gave(
     request: pytest.FixtureRequest, role: str, case: str
 ) -> None:
     before, now = request.getfixturevalue(role)[case]
-    names = {
-        "driver": set(BEFORE),
-        "toolkit": {*TOOLKIT_BEFORE, *TOOLKIT_DEPENDENTS},
-    }[role]
+    names = {"driver": set(BEFORE), "toolkit": set(TOOLKIT_NAMES)}[role]
     assert set(before) == set(now) == names
     for name in before:
         assert now[name] == before[name], name
@@ -479,24 +544,34 @@ def test_the_toolkit_cases_reach_every_branch(
     values = {case: now for case, (_before, now) in toolkit.items()}
     prefix = "__nvidia_container_toolkit_"
     real = values["real_held"]
-    assert len(real[prefix + "rows"]) == 4
+    assert len(real[prefix + "installed"]) == 4
     assert real[prefix + "outdated"] == real[prefix + "unselected"] == []
     assert real[prefix + "helpers_missing"] == []
     assert real[prefix + "keyring_dir_stale"] is False
-    assert real[prefix + "keyring_row"][2:] == ["644", "root", "root"]
     assert real[prefix + "key_stale"] is False
+    assert real[prefix + "packages_work"] is False
     assert len(values["real_not_held_wanted"][prefix + "unselected"]) == 4
     assert len(values["other_version_wanted"][prefix + "outdated"]) == 4
+    assert values["other_version_wanted"][prefix + "setup_work"] is True
     assert values["glob_version"][prefix + "outdated"] == []
+    assert values["glob_version"][prefix + "packages_work"] is True
     fresh = values["fresh_host"]
     assert fresh[prefix + "helpers_missing"] == ["gpg"]
     assert fresh[prefix + "keyring_dir_stale"] is True
-    assert fresh[prefix + "keyring_row"] == ["keyring"]
     assert fresh[prefix + "key_stale"] is True
+    assert fresh[prefix + "source_stale"] is True
+    assert fresh[prefix + "setup_work"] is True
     partly = values["partly_installed"]
-    assert [row[0] for row in partly[prefix + "rows"]] == [
-        "libnvidia-container-tools",
+    # Row 1 is removed with its config files left (rc), row 2 installed at another version,
+    # row 4 half installed; the row without a name and the name with a space are no rows.
+    assert partly[prefix + "installed"] == [
         "libnvidia-container1",
+        "nvidia-container-toolkit",
+        "nvidia-container-toolkit-base",
+    ]
+    assert partly[prefix + "outdated"] == ["libnvidia-container-tools", "libnvidia-container1"]
+    assert "nvidia-container-toolkit-base" in partly[prefix + "unsettled"]
+    assert partly[prefix + "unselected"] == [
         "nvidia-container-toolkit",
         "nvidia-container-toolkit-base",
     ]
@@ -504,7 +579,8 @@ def test_the_toolkit_cases_reach_every_branch(
     assert partly[prefix + "keyring_dir_stale"] is True
     assert partly[prefix + "key_stale"] is True
     assert values["no_fingerprint"][prefix + "helpers_missing"] == []
-    assert values["nothing_read"][prefix + "rows"] == []
+    assert values["nothing_read"][prefix + "installed"] == []
+    assert values["nothing_read"][prefix + "pin_in_place"] is False
 
 
 def test_matching_fields_picks_fields_of_matching_lines() -> None:

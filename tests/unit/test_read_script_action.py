@@ -160,3 +160,145 @@ def test_bad_options_are_named_before_anything_runs(
     assert result["failed"] is True
     assert named in result["msg"], result
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("pipelining", [True, False], ids=["piped", "module"])
+def test_checks_see_the_read_under_its_register_name(tmp_path: Path, pipelining: bool) -> None:
+    checks = [
+        {"name": "always true", "that": ["read.stdout_lines == ['a', 'b']"], "msg": "unused"},
+        {
+            "name": "not applying",
+            "that": ["false"],
+            "msg": "{{ undefined_here }}",
+            "when": "read.rc != 0",
+        },
+        {
+            "name": "the second line",
+            "that": ["read.stdout_lines[1] == 'a'"],
+            "msg": "the second line is {{ read.stdout_lines[1] }}, after {{ first }}",
+        },
+    ]
+    tasks = [
+        {
+            "name": "Read and check",
+            "kubegpu.gpu.read_script": {"script": "echo a; echo b", "checks": checks},
+            "vars": {"first": "{{ read.stdout_lines[0] }}"},
+            "register": "read",
+        },
+    ]
+    rc, results, stderr = _run(tmp_path, tasks, pipelining=pipelining)
+    assert rc != 0, stderr
+    [(_, result)] = results
+    assert result["failed"] is True
+    assert result["check"] == "the second line"
+    assert result["msg"] == "the second line is b, after a"
+    # The read is in the result as well.
+    assert result["stdout_lines"] == ["a", "b"]
+
+
+def test_passing_checks_count_and_an_empty_script_reads_nothing(tmp_path: Path) -> None:
+    tasks = [
+        {
+            "name": "Checks alone",
+            "kubegpu.gpu.read_script": {
+                "script": "",
+                "checks": [
+                    {"that": ["read.stdout == ''", "read.rc == 0"], "msg": "no read"},
+                    {"that": ["false"], "msg": "skipped", "when": ["false"]},
+                ],
+            },
+            "register": "read",
+        },
+    ]
+    rc, results, stderr = _run(tmp_path, tasks, pipelining=True)
+    assert rc == 0, (results, stderr)
+    [(_, result)] = results
+    assert result["checked"] == 1
+    assert result["changed"] is False
+
+
+def test_a_failed_read_is_not_checked(tmp_path: Path) -> None:
+    tasks = [
+        {
+            "name": "Failing read",
+            "kubegpu.gpu.read_script": {
+                "script": "exit 4",
+                "checks": [{"that": ["false"], "msg": "never evaluated"}],
+            },
+        },
+    ]
+    rc, results, _ = _run(tmp_path, tasks, pipelining=True)
+    assert rc != 0
+    [(_, result)] = results
+    assert result["rc"] == 4
+    assert result["msg"] == "non-zero return code"
+    assert "check" not in result
+
+
+_UNITS = """\
+Id=crio.service
+LoadState=not-found
+UnitFileState=
+ActiveState=inactive
+
+Id=containerd.service
+LoadState=loaded
+UnitFileState=enabled
+ActiveState=active
+
+Id=docker.service
+LoadState=not-found
+UnitFileState=
+ActiveState=inactive
+
+#dpkg
+containerd ii """
+
+
+@pytest.mark.parametrize("pipelining", [True, False], ids=["piped", "module"])
+def test_a_plan_decides_over_what_the_read_printed(tmp_path: Path, pipelining: bool) -> None:
+    plan_args = {
+        "requested": "auto",
+        "install": True,
+        "packages": ["containerd"],
+        "services": {"containerd": "containerd", "docker": "docker", "crio": "crio"},
+        "detect_order": ["crio", "containerd", "docker"],
+    }
+    tasks = [
+        {
+            "name": "Read the units",
+            "kubegpu.gpu.read_script": {
+                "script": 'printf "%s" "$1"',
+                "argv": [_UNITS],
+                "plan": "container_runtime",
+                "plan_args": plan_args,
+                "checks": [
+                    {
+                        "that": ["units.plan.type == 'containerd'"],
+                        "msg": "found {{ units.plan.type }}",
+                    }
+                ],
+            },
+            "register": "units",
+        },
+        {
+            "name": "Missing plan arguments",
+            "kubegpu.gpu.read_script": {
+                "script": "true",
+                "plan": "container_runtime",
+                "plan_args": {"requested": "auto"},
+            },
+        },
+    ]
+    rc, results, stderr = _run(tmp_path, tasks, pipelining=pipelining)
+    assert rc != 0
+    (_, read), (_, missing) = results
+    assert read.get("failed") is not True, (read, stderr)
+    plan = read["plan"]
+    assert plan["type"] == "containerd"
+    assert plan["units_found"] == ["containerd.service"]
+    assert plan["missing"] == plan["unsettled"] == []
+    assert plan["install_work"] is False
+    assert read["checked"] == 1
+    assert missing["failed"] is True
+    assert "plan_args lacks install, packages, services, detect_order" in missing["msg"]
