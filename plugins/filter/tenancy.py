@@ -18,8 +18,10 @@ short_description: Check and complete the gpu_tenancy_* settings
 description:
   - Takes every gpu_tenancy_* variable as one mapping (keys without the prefix) and returns
     C({settings, errors}); each error names the variable, the tenant and the field.
-  - Companion filters C(tenancy_plan) (what to apply and prune, from the cluster's state) and
-    C(tenancy_monitoring) (the Grafana dashboard ConfigMap and the PrometheusRule).
+  - Companion filters C(tenancy_plan) (what to apply and prune, from the cluster's state, which
+    is its namespaces, the objects kubegpu made for tenants, and its nodes, whose GPU resources
+    every tenant's quota caps) and C(tenancy_monitoring) (the Grafana dashboard ConfigMap and
+    the PrometheusRule).
 options:
   _input:
     description: The gpu_tenancy_* variables without the prefix.
@@ -43,11 +45,14 @@ def tenancy_validate(config):
     return {"settings": settings, "errors": errors}
 
 
-def tenancy_plan(settings, namespaces=None, owned=None):
-    """settings from tenancy_validate; namespaces and owned as k8s_info returns them."""
+def tenancy_plan(settings, namespaces=None, owned=None, nodes=None):
+    """settings from tenancy_validate; namespaces, owned and nodes (whose GPU resources every
+    tenant's quota caps) as k8s_info returns them."""
     if not isinstance(settings, dict) or "tenants" not in settings:
         raise AnsibleFilterError("tenancy_plan expects the settings that tenancy_validate returns")
-    return tenancy.plan(_plain(settings), _plain(namespaces or []), _plain(owned or []))
+    return tenancy.plan(
+        _plain(settings), _plain(namespaces or []), _plain(owned or []), _plain(nodes or [])
+    )
 
 
 def tenancy_monitoring(settings, prometheus_rules_api=False):

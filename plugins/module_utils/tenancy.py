@@ -6,10 +6,16 @@
 Pure functions of their arguments (no API calls, no files), used by the gpu_tenancy role through
 the kubegpu.gpu tenancy filters, by the example renderer and by the tests:
 
-- render_tenants(settings) -> [manifest, ...]: Namespace, ResourceQuota, LimitRange, Role,
-  RoleBinding and NetworkPolicies of every tenant, in apply order.
-- plan(settings, namespaces, owned) -> {manifests, delete, release, adopted, errors}: what to
-  apply and, when pruning, what to delete, from what the cluster holds now.
+- render_tenants(settings, adopted, advertised) -> [manifest, ...]: Namespace, ResourceQuota,
+  LimitRange, Role, RoleBinding and NetworkPolicies of every tenant, in apply order.
+- plan(settings, namespaces, owned, nodes) -> {manifests, delete, release, adopted, errors}:
+  what to apply and, when pruning, what to delete, from what the cluster holds now.
+
+A tenant's quota caps every GPU resource, not only those it is given: whole GPUs
+(nvidia.com/gpu), time-sliced replicas under their own name (nvidia.com/gpu.shared) and every
+GPU resource a node of the cluster advertises (the MIG slices of the mixed strategy,
+nvidia.com/mig-<profile>) at 0 unless the tenant lists it. A MIG profile that appears on a node
+later is capped by the next run.
 
 The settings come from tenancy_settings.validate_settings. ResourceQuota on cpu or memory makes
 every container state them, hence the LimitRange defaults. A LimitRange `max` without a default
@@ -21,6 +27,7 @@ Runs on the controller's Python (3.8+ syntax), from the collection on disk.
 from __future__ import absolute_import, division, print_function
 
 import copy
+import re
 
 from ansible_collections.kubegpu.gpu.plugins.module_utils.data_files import read_yaml
 from ansible_collections.kubegpu.gpu.plugins.module_utils.k8s_values import parse_quantity
@@ -88,11 +95,36 @@ def namespace_manifest(settings, tenant, adopted=False):
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
-def quota_hard(tenant):
-    """The ResourceQuota's spec.hard for a tenant (quantities as strings)."""
+# The GPU resources the device plugin advertises: whole GPUs, time-sliced replicas renamed
+# (renameByDefault) and MIG slices (mixed strategy).
+GPU_RESOURCE_FAMILY = re.compile(r"\Anvidia\.com/(gpu|gpu\.shared|mig-[0-9a-z.-]+)\Z")
+# Capped for every tenant whether or not a node advertises them yet.
+ALWAYS_CAPPED = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
+
+
+def advertised_gpu_resources(nodes):
+    """The GPU resources (GPU_RESOURCE_FAMILY) that any of the Node objects has in its status
+    capacity or allocatable, sorted."""
+    found = set()
+    for node in nodes or []:
+        status = (node or {}).get("status") or {}
+        for field in ("capacity", "allocatable"):
+            for name in status.get(field) or {}:
+                if GPU_RESOURCE_FAMILY.match(str(name)):
+                    found.add(str(name))
+    return sorted(found)
+
+
+def quota_hard(tenant, advertised=()):
+    """The ResourceQuota's spec.hard for a tenant (quantities as strings): its GPU resources at
+    their counts, every other GPU resource (ALWAYS_CAPPED and those advertised) at 0."""
     hard = {}
+    for resource in set(ALWAYS_CAPPED).union(advertised):
+        if resource not in tenant["gpus"]:
+            hard["requests." + resource] = "0"
     for resource, count in sorted(tenant["gpus"].items()):
         hard["requests." + resource] = count
+    hard = dict(sorted(hard.items()))
     for key, pair in (("cpu", tenant["cpu"]), ("memory", tenant["memory"])):
         if pair["requests"] is not None:
             hard["requests." + key] = pair["requests"]
@@ -209,7 +241,7 @@ def network_policies(settings, tenant):
     return out
 
 
-def render_tenant(settings, tenant, adopted=False):
+def render_tenant(settings, tenant, adopted=False, advertised=()):
     """Every object of one tenant, namespace first."""
     ns = tenant["name"]
     out = [namespace_manifest(settings, tenant, adopted)]
@@ -218,7 +250,7 @@ def render_tenant(settings, tenant, adopted=False):
             "apiVersion": "v1",
             "kind": "ResourceQuota",
             "metadata": _meta(QUOTA_NAME, ns, ns),
-            "spec": {"hard": quota_hard(tenant)},
+            "spec": {"hard": quota_hard(tenant, advertised)},
         }
     )
     out.append(
@@ -235,10 +267,11 @@ def render_tenant(settings, tenant, adopted=False):
     return out
 
 
-def render_tenants(settings, adopted=()):
+def render_tenants(settings, adopted=(), advertised=()):
+    """advertised: the GPU resources the cluster's nodes advertise (advertised_gpu_resources)."""
     out = []
     for tenant in settings["tenants"]:
-        out.extend(render_tenant(settings, tenant, tenant["name"] in adopted))
+        out.extend(render_tenant(settings, tenant, tenant["name"] in adopted, advertised))
     return out
 
 
@@ -273,12 +306,14 @@ def is_owned(obj):
     return labels.get(MANAGED_BY_LABEL) == MANAGED_BY and bool(labels.get(TENANT_LABEL))
 
 
-def plan(settings, namespaces, owned):
+def plan(settings, namespaces, owned, nodes=None):
     """What to apply, and (when pruning) what to delete, given the cluster's current state.
 
     namespaces: the Namespace objects in the cluster (at least those named like tenants).
     owned: objects found with OWNED_SELECTOR, each with apiVersion, kind and metadata (the
       role reads OWNED_KINDS with that selector).
+    nodes: the Node objects of the cluster: every GPU resource they advertise is capped in
+      each tenant's quota (at 0 where the tenant does not list it).
 
     A tenant whose namespace exists without managed-by=kubegpu is an error unless the tenant says
     adopt_namespace: true; an adopted namespace is never deleted, and when its tenant goes, the
@@ -310,7 +345,7 @@ def plan(settings, namespaces, owned):
                 "choose another name"
                 % (PREFIX, index, tenant["name"], tenant["name"], MANAGED_BY_LABEL, MANAGED_BY)
             )
-    manifests = render_tenants(settings, adopted)
+    manifests = render_tenants(settings, adopted, advertised_gpu_resources(nodes))
     wanted = set(_ref_key(object_ref(m)) for m in manifests)
     tenant_names = set(t["name"] for t in settings["tenants"])
     delete, release = [], []

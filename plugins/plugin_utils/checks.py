@@ -94,8 +94,11 @@ def after_read(
     facts = result.get("ansible_facts")
     if facts:
         variables["ansible_facts"] = {**dict(variables.get("ansible_facts") or {}), **facts}
-    if action._task.register:
-        variables[action._task.register] = result
+    # A name (ansible-core up to 2.20), or names mapped to what each holds (2.21 register
+    # projections, a plain name among them): the checks see the whole result under each name.
+    register = action._task.register
+    for name in [register] if isinstance(register, str) else list(register or ()):
+        variables[name] = result
     # The action's own templar, its variables swapped for the time of the checks: a templar of
     # its own would compile every expression again.
     templar = action._templar

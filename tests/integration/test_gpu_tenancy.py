@@ -170,6 +170,10 @@ def missing(call: Any, *args: Any) -> bool:
     return bool(obj["metadata"].get("deletionTimestamp"))
 
 
+# The MIG resource the test cluster's node advertises.
+MIG_SLICE = "nvidia.com/mig-1g.10gb"
+
+
 def expected(*tenants: dict[str, Any]) -> dict[str, Any]:
     normalized, errors = ts.validate_settings({"tenants": list(tenants)})
     assert errors == []
@@ -189,10 +193,18 @@ def same_quantities(got: dict[str, str], want: dict[str, str]) -> bool:
 def applied(
     kube_apiserver: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Any]]:
-    """Two namespaces nobody labelled exist first; then three tenants are applied twice."""
+    """Two namespaces nobody labelled exist first, and a node that advertises MIG slices (the
+    mixed strategy); then three tenants are applied twice."""
     core, *_ = api(kube_apiserver)
     for name in ("legacy", "shared-team"):
         core.create_namespace({"metadata": {"name": name, "labels": {"owner": "someone-else"}}})
+    resources = {"cpu": "64", "memory": "512Gi", MIG_SLICE: "7"}
+    core.create_node(
+        {
+            "metadata": {"name": "mig-node"},
+            "status": {"capacity": resources, "allocatable": resources},
+        }
+    )
     tmp_path = tmp_path_factory.mktemp("tenancy")
     first = run_tenancy(kube_apiserver, tmp_path, tenants=[ALPHA, BETA, SHARED])
     second = run_tenancy(kube_apiserver, tmp_path, tenants=[ALPHA, BETA, SHARED])
@@ -204,7 +216,7 @@ def test_tenants_are_created_and_a_second_run_changes_nothing(applied: dict[str,
     assert first["rc"] == 0, first["failures"] or first["output"]
     # Every object was created (changed), each once.
     assert sorted(first["changed"]) == sorted(
-        _describe(m) for m in t.render_tenants(expected(ALPHA, BETA, SHARED))
+        _describe(m) for m in t.render_tenants(expected(ALPHA, BETA, SHARED), (), [MIG_SLICE])
     )
     assert second["rc"] == 0, second["failures"] or second["output"]
     assert second["stats"]["changed"] == 0, second["changed"]
@@ -217,7 +229,13 @@ def test_quota_limits_and_rbac_read_back_exactly_as_specified(applied: dict[str,
     for tenant in settings["tenants"]:
         ns = tenant["name"]
         quota = raw(core.read_namespaced_resource_quota, t.QUOTA_NAME, ns)
-        assert same_quantities(quota["spec"]["hard"], t.quota_hard(tenant)), quota["spec"]
+        # Every GPU resource of the cluster is capped, the MIG slices of its node too.
+        hard = quota["spec"]["hard"]
+        assert same_quantities(hard, t.quota_hard(tenant, [MIG_SLICE])), quota["spec"]
+        assert hard["requests.nvidia.com/gpu.shared"] == tenant["gpus"].get(
+            "nvidia.com/gpu.shared", "0"
+        )
+        assert hard["requests." + MIG_SLICE] == tenant["gpus"].get(MIG_SLICE, "0")
         limits = raw(core.read_namespaced_limit_range, t.LIMITS_NAME, ns)["spec"]["limits"]
         (want,) = t.limit_range_limits(tenant)
         (got,) = limits

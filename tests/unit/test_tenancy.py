@@ -364,8 +364,10 @@ def test_quota_counts_gpus_mig_shared_cpu_memory_and_pods(rendered: list[dict[st
     vision = [
         m for m in by_kind(rendered, "ResourceQuota") if m["metadata"]["namespace"] == "vision"
     ]
+    # Time-sliced replicas under their own name are capped at 0 for a tenant given whole GPUs.
     assert vision[0]["spec"]["hard"] == {
         "requests.nvidia.com/gpu": "8",
+        "requests.nvidia.com/gpu.shared": "0",
         "requests.cpu": "96",
         "limits.cpu": "192",
         "requests.memory": "768Gi",
@@ -475,6 +477,67 @@ def test_quota_values_read_as_the_quantities_given() -> None:
     hard = t.quota_hard(settings["tenants"][0])
     assert parse_quantity(hard["requests.cpu"]) == Fraction(3, 2)
     assert parse_quantity(hard["limits.memory"]) == 1536 * 2**20
+
+
+def _node(name: str, **resources: str) -> dict[str, Any]:
+    """A Node as the API returns it, with these extended resources in capacity and allocatable."""
+    status = {"cpu": "64", "memory": "512Gi", **resources}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"capacity": dict(status), "allocatable": dict(status)},
+    }
+
+
+# A cluster with whole GPUs, time-sliced replicas under their own name, MIG slices of two
+# profiles (mixed strategy) and a device of another vendor.
+CLUSTER_NODES = [
+    _node("gpu-a", **{"nvidia.com/gpu": "8"}),
+    _node("gpu-b", **{"nvidia.com/gpu.shared": "32"}),
+    _node("gpu-c", **{"nvidia.com/mig-1g.10gb": "14", "nvidia.com/mig-3g.40gb": "4"}),
+    _node("fpga", **{"example.com/fpga": "2"}),
+]
+
+
+def test_a_tenant_quota_caps_every_gpu_resource_the_cluster_advertises() -> None:
+    """A tenant given 8 whole GPUs takes no shared replica and no MIG slice: each GPU resource
+    a node advertises is capped at 0 unless the tenant lists it (not only those it lists)."""
+    settings = checked(VISION, MIG_ONLY)
+    result = t.plan(settings, [], [], CLUSTER_NODES)
+    quotas = {
+        m["metadata"]["namespace"]: m["spec"]["hard"]
+        for m in by_kind(result["manifests"], "ResourceQuota")
+    }
+    gpu_caps = {
+        ns: {k: v for k, v in hard.items() if k.startswith("requests.nvidia.com/")}
+        for ns, hard in quotas.items()
+    }
+    assert gpu_caps["vision"] == {
+        "requests.nvidia.com/gpu": "8",
+        "requests.nvidia.com/gpu.shared": "0",
+        "requests.nvidia.com/mig-1g.10gb": "0",
+        "requests.nvidia.com/mig-3g.40gb": "0",
+    }
+    assert gpu_caps["inference-lab"] == {
+        "requests.nvidia.com/gpu": "0",
+        "requests.nvidia.com/gpu.shared": "4",
+        "requests.nvidia.com/mig-1g.10gb": "14",
+        "requests.nvidia.com/mig-3g.40gb": "0",
+    }
+    assert not any("fpga" in key for hard in quotas.values() for key in hard)
+    # Without nodes (or before any advertises MIG), whole GPUs and shared replicas are capped.
+    bare = t.quota_hard(checked(VISION)["tenants"][0])
+    assert bare["requests.nvidia.com/gpu.shared"] == "0"
+
+
+def test_only_gpu_resource_names_are_taken_from_the_nodes() -> None:
+    nodes = [
+        _node("n", **{"nvidia.com/mig-2g.20gb": "3", "nvidia.com/gpu.product": "x"}),
+        {"metadata": {"name": "no-status"}},
+        _node("m", **{"nvidia.com/mig-1g.10gb\n": "1", "other.nvidia.com/gpu": "1"}),
+    ]
+    assert t.advertised_gpu_resources(nodes) == ["nvidia.com/mig-2g.20gb"]
 
 
 # --- plan: apply, adopt, prune -------------------------------------------------------------------
