@@ -67,6 +67,6 @@ class ActionModule(kchecks.RawChecks, ActionBase):
                 raise AnsibleActionFail(
                     f"kubegpu.gpu.read_script: plan {args['plan']}: {exc}"
                 ) from exc
-        kchecks.after_read(self, task_vars, result, checks)
+        kchecks.after_read(self, result, checks)
         result["changed"] = False
         return result

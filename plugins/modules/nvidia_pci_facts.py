@@ -198,34 +198,30 @@ def read_secure_boot(module, root):
     return pci.read_secure_boot(root, pci.LocalReader(), mokutil_of(module))
 
 
-def mokutil_of(module):
-    """mokutil --sb-state's output (stdout then stderr), or None without mokutil."""
+def _mokutil(module, *args):
+    """A function that runs `mokutil ARGS` and returns its output (stdout then stderr), or
+    None without mokutil."""
 
     def run():
         path = module.get_bin_path("mokutil")
         if not path:
             return None
         _rc, out, err = module.run_command(
-            [path, "--sb-state"], environ_update={"LC_ALL": "C"}, check_rc=False
+            [path, *args], environ_update={"LC_ALL": "C"}, check_rc=False
         )
         return out + err
 
-    return run if module is not None else None
+    return run
+
+
+def mokutil_of(module):
+    """mokutil --sb-state's output, or None without mokutil."""
+    return _mokutil(module, "--sb-state") if module is not None else None
 
 
 def mok_test_of(module, certificate):
     """mokutil --test-key CERTIFICATE's output, or None without mokutil."""
-
-    def run():
-        path = module.get_bin_path("mokutil")
-        if not path:
-            return None
-        _rc, out, err = module.run_command(
-            [path, "--test-key", certificate], environ_update={"LC_ALL": "C"}, check_rc=False
-        )
-        return out + err
-
-    return run if certificate else None
+    return _mokutil(module, "--test-key", certificate) if certificate else None
 
 
 def main():

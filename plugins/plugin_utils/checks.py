@@ -80,9 +80,7 @@ def evaluate(templar: t.Any, checks: list[dict[str, t.Any]]) -> dict[str, t.Any]
     return {"checked": evaluated, "msg": f"{evaluated} of {len(checks)} checks applied and passed"}
 
 
-def after_read(
-    action: t.Any, task_vars: dict[str, t.Any] | None, result: dict[str, t.Any], checks: t.Any
-) -> None:
+def after_read(action: t.Any, result: dict[str, t.Any], checks: t.Any) -> None:
     """Evaluate the checks of a read (action: the read's action plugin) against its result, in
     place: a failed check fails the result with its message; a read that failed is left as it
     is. The result is visible under the task's register name, its ansible_facts among the

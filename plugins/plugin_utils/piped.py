@@ -198,7 +198,7 @@ class PipedAction(ActionBase):
                     self, task_vars, self.node_paths(args), lambda: self.answer(args, task_vars)
                 )
             )
-        kchecks.after_read(self, task_vars, result, checks)
+        kchecks.after_read(self, result, checks)
         return result
 
     def arguments(self) -> dict[str, t.Any] | None:

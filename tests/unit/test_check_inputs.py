@@ -8,7 +8,6 @@ one would report it unreachable (exit 3)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.kubegpu.gpu.plugins.plugin_utils import inputs
+
+from tests.unit.test_nvidia_driver_roles import run_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 KUBEGPU = Path(sys.executable).with_name("kubegpu")
@@ -200,40 +201,13 @@ def test_the_node_play_checks_every_node_once_before_any_role(tmp_path: Path) ->
     """playbooks/nodes.yml on its own (the roles imported without ansible-core's per-role,
     per-host argument-spec tasks): one check_inputs task for all nodes after gathering, and a
     bad value on one node stops every node before any role's task."""
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    data = {
-        "all": {
-            "children": {
-                "gpu_nodes": {
-                    "hosts": {"n1": {}, "n2": {"cuda_toolkit_enabled": "perhaps"}},
-                    "vars": local,
-                }
-            }
-        }
-    }
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(data))
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
-        "ANSIBLE_CACHE_PLUGIN": "memory",
-    }
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            str(tmp_path / "inventory.yml"),
-            str(REPO / "playbooks" / "nodes.yml"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        env=env,
-        check=False,
+    rc, report, stderr = run_playbook(
+        tmp_path,
+        [{"ansible.builtin.import_playbook": str(REPO / "playbooks" / "nodes.yml")}],
+        {"n1": {}, "n2": {"cuda_toolkit_enabled": "perhaps"}},
+        group="gpu_nodes",
     )
-    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
-    report = json.loads(done.stdout)
+    assert rc == 2, stderr[-2000:]
     tasks = [
         task
         for play in report["plays"]

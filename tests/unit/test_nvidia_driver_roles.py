@@ -98,14 +98,19 @@ OS_FACTS: dict[str, dict[str, str]] = {
 
 
 def run_playbook(
-    tmp_path: Path, play: list[dict[str, Any]], hosts: dict[str, dict[str, Any]], *args: str
+    tmp_path: Path,
+    play: list[dict[str, Any]],
+    hosts: dict[str, dict[str, Any]],
+    *args: str,
+    group: str | None = None,
 ) -> tuple[int, dict[str, Any], str]:
-    """Run a play on localhost-only hosts; return (rc, the JSON callback's report, stderr)."""
-    inventory = {
-        "all": {
-            "hosts": hosts,
-            "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
-        }
+    """Run a play on localhost-only hosts (in `group` when given); return (rc, the JSON
+    callback's report, stderr)."""
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory: dict[str, Any] = {
+        "all": {"children": {group: {"hosts": hosts, "vars": local}}}
+        if group
+        else {"hosts": hosts, "vars": local}
     }
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
