@@ -12,15 +12,12 @@ etcd, but no controllers, scheduler or kubelets. Tests play those by writing sta
 from __future__ import annotations
 
 import base64
-import ctypes
 import json
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.processes import die_with_parent, free_port, tail
 
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build.py"
@@ -53,32 +52,6 @@ def build() -> dict[str, Any]:
             f"{BUILD_SCRIPT} failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}"
         )
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _die_with_parent() -> None:
-    """Run in the child before exec: the kernel sends it SIGTERM when its parent dies.
-
-    So a test run that is killed (timeout, SIGKILL) leaves no etcd or server behind. It is tied to
-    the thread that started the child: call :func:`start` from a thread that outlives the server.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _tail(path: Path, chars: int = 4000) -> str:
-    try:
-        return path.read_text(errors="replace")[-chars:]
-    except OSError:
-        return "(no log)"
 
 
 @dataclass
@@ -163,7 +136,7 @@ def _wait_ready(
     while time.monotonic() < deadline:
         for name, (proc, log) in procs.items():
             if proc.poll() is not None:
-                raise APIServerError(f"{name} exited with {proc.returncode}:\n{_tail(log)}")
+                raise APIServerError(f"{name} exited with {proc.returncode}:\n{tail(log)}")
         try:
             with urllib.request.urlopen(f"{url}/readyz", context=context, timeout=5) as resp:
                 if resp.status == 200:
@@ -180,7 +153,7 @@ def _start_etcd(
     log = workdir / "etcd.log"
     for _attempt in range(3):
         shutil.rmtree(workdir / "etcd-data", ignore_errors=True)
-        client_port, peer_port = _free_port(), _free_port()
+        client_port, peer_port = free_port(), free_port()
         client_url = f"http://127.0.0.1:{client_port}"
         peer_url = f"http://127.0.0.1:{peer_port}"
         with open(log, "ab") as out:
@@ -201,7 +174,7 @@ def _start_etcd(
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         started.append(proc)
         while time.monotonic() < deadline and proc.poll() is None:
@@ -213,10 +186,10 @@ def _start_etcd(
                 pass
             time.sleep(0.05)
         if proc.poll() is None:
-            raise APIServerError(f"etcd not healthy in {START_TIMEOUT_S:.0f} s:\n{_tail(log)}")
-        if "address already in use" not in _tail(log):
+            raise APIServerError(f"etcd not healthy in {START_TIMEOUT_S:.0f} s:\n{tail(log)}")
+        if "address already in use" not in tail(log):
             break
-    raise APIServerError(f"etcd exited with {proc.returncode}:\n{_tail(log)}")
+    raise APIServerError(f"etcd exited with {proc.returncode}:\n{tail(log)}")
 
 
 def start(workdir: Path, binaries: dict[str, Any] | None = None) -> KubeAPIServer:
@@ -245,16 +218,16 @@ def start(workdir: Path, binaries: dict[str, Any] | None = None) -> KubeAPIServe
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         started.append(apiserver)
         procs = {"etcd": (etcd, workdir / "etcd.log"), "apiserver": (apiserver, log)}
         while not kubeconfig.exists():
             if apiserver.poll() is not None:
-                raise APIServerError(f"apiserver exited with {apiserver.returncode}:\n{_tail(log)}")
+                raise APIServerError(f"apiserver exited with {apiserver.returncode}:\n{tail(log)}")
             if time.monotonic() > deadline:
                 raise APIServerError(
-                    f"no kubeconfig written in {START_TIMEOUT_S:.0f} s:\n{_tail(log)}"
+                    f"no kubeconfig written in {START_TIMEOUT_S:.0f} s:\n{tail(log)}"
                 )
             time.sleep(0.05)
         url, ca_file = _read_kubeconfig(kubeconfig, workdir)
@@ -307,7 +280,3 @@ def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI
         yield server
     finally:
         server.stop()
-
-
-def default_workdir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="kubegpu-apiserver-"))

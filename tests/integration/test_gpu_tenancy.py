@@ -1,11 +1,16 @@
-"""GPU tenancy and `kubegpu smoke` against the test Kubernetes API server (tests/apiserver).
+"""GPU tenancy on the test cluster's real control plane (tests/cluster), and `kubegpu smoke`
+against the test API server (tests/apiserver).
 
-Real here: the gpu_tenancy role, run by ansible-playbook through playbooks/tenants.yml, applying
-with kubernetes.core's server-side apply to real upstream API machinery over etcd (validation,
-server-side apply and managed fields, label selectors, deletion); `kubegpu smoke`'s submission,
-polling, log reading and cleanup through the Kubernetes Python client.
+Real for tenancy: the gpu_tenancy role, run by ansible-playbook through playbooks/tenants.yml,
+applying with kubernetes.core's server-side apply to kube-apiserver 1.37 built from Kubernetes'
+module, with its admission chain (PodSecurity, LimitRanger, ResourceQuota) deciding on the
+tenants' pods, and kube-controller-manager's namespace, service-account and quota controllers.
+Played by the test: the node that advertises MIG slices (a kubelet's registration; no kubelet
+runs there).
 
-Simulated, because the test server runs no controllers and no kubelets:
+Real for smoke: `kubegpu smoke`'s submission, polling, log reading and cleanup through the
+Kubernetes Python client. Simulated, because the test API server runs no controllers and no
+kubelets (the smoke test moves to the cluster once kubelets run there):
 - the Job controller: the test creates the smoke Job's pod from the Job's template;
 - the kubelet: the test sets the pod's phase through the status subresource, and writes the
   pod's log into the annotation the test server serves as the pod's log. Those log lines are
@@ -32,14 +37,9 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy_setting
 from ansible_collections.kubegpu.gpu.plugins.module_utils.k8s_values import parse_quantity
 
 from kubegpu import smoke
+from tests.apiserver.fixture import KubeAPIServer
+from tests.cluster.controlplane import KubeCluster
 from tests.integration import ansible_json
-
-try:
-    from tests.apiserver.fixture import KubeAPIServer, kube_apiserver  # noqa: F401 - fixture
-except ImportError:  # pragma: no cover - the server's fixture is part of the repository
-    pytest.skip("tests/apiserver/fixture.py is not available", allow_module_level=True)
-
-pytestmark = pytest.mark.apiserver
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = REPO / "playbooks" / "tenants.yml"
@@ -191,11 +191,11 @@ def same_quantities(got: dict[str, str], want: dict[str, str]) -> bool:
 
 @pytest.fixture(scope="module")
 def applied(
-    kube_apiserver: Any, tmp_path_factory: pytest.TempPathFactory
+    kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Any]]:
     """Two namespaces nobody labelled exist first, and a node that advertises MIG slices (the
-    mixed strategy); then three tenants are applied twice."""
-    core, *_ = api(kube_apiserver)
+    mixed strategy, registered by the test); then three tenants are applied twice."""
+    core, *_ = api(kube_cluster)
     for name in ("legacy", "shared-team"):
         core.create_namespace({"metadata": {"name": name, "labels": {"owner": "someone-else"}}})
     resources = {"cpu": "64", "memory": "512Gi", MIG_SLICE: "7"}
@@ -206,9 +206,9 @@ def applied(
         }
     )
     tmp_path = tmp_path_factory.mktemp("tenancy")
-    first = run_tenancy(kube_apiserver, tmp_path, tenants=[ALPHA, BETA, SHARED])
-    second = run_tenancy(kube_apiserver, tmp_path, tenants=[ALPHA, BETA, SHARED])
-    yield {"server": kube_apiserver, "tmp": tmp_path, "first": first, "second": second}
+    first = run_tenancy(kube_cluster, tmp_path, tenants=[ALPHA, BETA, SHARED])
+    second = run_tenancy(kube_cluster, tmp_path, tenants=[ALPHA, BETA, SHARED])
+    yield {"server": kube_cluster, "tmp": tmp_path, "first": first, "second": second}
 
 
 def test_tenants_are_created_and_a_second_run_changes_nothing(applied: dict[str, Any]) -> None:
@@ -281,6 +281,82 @@ def test_namespaces_carry_pod_security_and_ownership(applied: dict[str, Any]) ->
     assert "app.kubernetes.io/managed-by" not in shared["labels"]
     legacy = raw(core.read_namespace, "legacy")["metadata"]
     assert "kubegpu.io/tenant" not in legacy["labels"]
+
+
+def _tenant_pod(name: str, resources: dict[str, str], privileged: bool = False) -> dict[str, Any]:
+    """A pod that meets the restricted Pod Security level (unless ``privileged``)."""
+    security = (
+        {"privileged": True}
+        if privileged
+        else {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    )
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "cuda",
+                    "image": "registry.kubegpu.test/cuda-sample:1",
+                    "securityContext": security,
+                    "resources": {"limits": resources},
+                }
+            ],
+        },
+    }
+
+
+def _refusal(core: Any, namespace: str, pod: dict[str, Any]) -> str:
+    """Create ``pod``; the API server's refusal message, or '' when it was admitted."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        core.create_namespaced_pod(namespace, pod)
+    except ApiException as exc:
+        assert exc.status == 403, exc.body
+        return str(json.loads(exc.body)["message"])
+    return ""
+
+
+def test_the_admission_chain_caps_every_gpu_resource_of_a_tenant(applied: dict[str, Any]) -> None:
+    """kube-apiserver's own ResourceQuota, LimitRanger and PodSecurity admission decide."""
+    core, *_ = api(applied["server"])
+    # ResourceQuota admission refuses every pod until the quota controller has written status.
+    deadline = time.monotonic() + 60
+    while not all(
+        (raw(core.read_namespaced_resource_quota, t.QUOTA_NAME, ns).get("status") or {}).get("hard")
+        for ns in ("alpha", "beta")
+    ):
+        assert time.monotonic() < deadline, "the quota controller wrote no quota status"
+        time.sleep(0.2)
+    gpu, shared = "nvidia.com/gpu", "nvidia.com/gpu.shared"
+    # alpha: 4 whole GPUs, at most 2 per container, no shared GPU and no MIG slice.
+    assert _refusal(core, "alpha", _tenant_pod("two-a", {gpu: "2"})) == ""
+    assert _refusal(core, "alpha", _tenant_pod("two-b", {gpu: "2"})) == ""
+    over = _refusal(core, "alpha", _tenant_pod("one-more", {gpu: "1"}))
+    assert f"exceeded quota: {t.QUOTA_NAME}" in over and f"requests.{gpu}=1" in over, over
+    for resource in (shared, MIG_SLICE):
+        refused = _refusal(core, "alpha", _tenant_pod("other", {resource: "1"}))
+        assert f"exceeded quota: {t.QUOTA_NAME}" in refused, refused
+        assert f"limited: requests.{resource}=0" in refused, refused
+    per_container = _refusal(core, "alpha", _tenant_pod("three", {gpu: "3"}))
+    assert f"maximum {gpu} usage per Container is 2" in per_container, per_container
+    privileged = _refusal(core, "alpha", _tenant_pod("root", {gpu: "1"}, privileged=True))
+    assert 'violates PodSecurity "restricted:latest"' in privileged, privileged
+    # beta: seven MIG slices and no whole GPU, Pod Security baseline.
+    assert _refusal(core, "beta", _tenant_pod("slice", {MIG_SLICE: "1"})) == ""
+    # LimitRanger decides first here: beta's containers may ask for no whole GPU at all.
+    whole = _refusal(core, "beta", _tenant_pod("whole", {gpu: "1"}))
+    assert f"maximum {gpu} usage per Container is 0" in whole, whole
+    used = raw(core.read_namespaced_resource_quota, t.QUOTA_NAME, "alpha")["status"]["used"]
+    assert parse_quantity(used[f"requests.{gpu}"]) == 4
+    for ns, names in (("alpha", ("two-a", "two-b")), ("beta", ("slice",))):
+        for name in names:
+            core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
 
 
 def test_check_mode_changes_nothing(applied: dict[str, Any]) -> None:
@@ -465,6 +541,20 @@ class PlayControllers(threading.Thread):
         self.core.patch_namespaced_pod_status(self.pod_name, self.namespace, {"status": status})
 
 
+@pytest.fixture(scope="module")
+def smoke_server(kube_apiserver: KubeAPIServer) -> KubeAPIServer:
+    """The test API server with the namespace the smoke Jobs run in."""
+    from kubernetes.client.exceptions import ApiException
+
+    core, *_ = api(kube_apiserver)
+    try:
+        core.create_namespace({"metadata": {"name": "alpha"}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    return kube_apiserver
+
+
 def _smoke(server: Any, namespace: str, **kwargs: Any) -> smoke.SmokeResult:
     progress: list[str] = []
     result = smoke.run_smoke(
@@ -491,8 +581,9 @@ def _nothing_left(server: Any, result: smoke.SmokeResult) -> None:
     assert result.cleanup_errors == ()
 
 
-def test_smoke_passes_when_the_pod_succeeds_with_the_pass_line(applied: dict[str, Any]) -> None:
-    server = applied["server"]
+@pytest.mark.apiserver
+def test_smoke_passes_when_the_pod_succeeds_with_the_pass_line(smoke_server: KubeAPIServer) -> None:
+    server = smoke_server
     # What the training script prints on a GPU (its format strings), written by the test.
     log = "\n".join(
         [
@@ -513,8 +604,9 @@ def test_smoke_passes_when_the_pod_succeeds_with_the_pass_line(applied: dict[str
     assert f"Job alpha/{result.job}" in result.deleted
 
 
-def test_smoke_fails_with_the_pods_last_lines(applied: dict[str, Any]) -> None:
-    server = applied["server"]
+@pytest.mark.apiserver
+def test_smoke_fails_with_the_pods_last_lines(smoke_server: KubeAPIServer) -> None:
+    server = smoke_server
     log = "\n".join(
         [
             "Traceback (most recent call last):",
@@ -533,16 +625,18 @@ def test_smoke_fails_with_the_pods_last_lines(applied: dict[str, Any]) -> None:
     _nothing_left(server, result)
 
 
-def test_smoke_times_out_without_a_pod_and_still_cleans_up(applied: dict[str, Any]) -> None:
-    server = applied["server"]
+@pytest.mark.apiserver
+def test_smoke_times_out_without_a_pod_and_still_cleans_up(smoke_server: KubeAPIServer) -> None:
+    server = smoke_server
     result = _smoke(server, "alpha", timeout_s=2)
     assert result.outcome == "timeout"
     assert "no pod was created for the Job" in result.detail
     _nothing_left(server, result)
 
 
-def test_smoke_in_a_missing_namespace_reports_the_api_error(applied: dict[str, Any]) -> None:
-    result = _smoke(applied["server"], "no-such-namespace", timeout_s=5)
+@pytest.mark.apiserver
+def test_smoke_in_a_missing_namespace_reports_the_api_error(smoke_server: KubeAPIServer) -> None:
+    result = _smoke(smoke_server, "no-such-namespace", timeout_s=5)
     assert result.outcome == "failed"
     assert "API error" in result.detail and "no-such-namespace" in result.detail
     assert result.deleted == ()

@@ -1,0 +1,378 @@
+"""Start and stop a real Kubernetes control plane on loopback: etcd, kube-apiserver,
+kube-controller-manager and kube-scheduler, the programs tests/cluster/build.py builds from the
+official Go modules.
+
+Nothing here plays Kubernetes: the API server runs its whole admission chain (NamespaceLifecycle,
+LimitRanger, ServiceAccount, PodSecurity, ResourceQuota, NodeRestriction, ...), RBAC and Node
+authorization; the controller manager runs every default controller (quota usage, garbage
+collection, namespaces, service accounts and their tokens, deployments, daemonsets, disruption
+budgets, node lifecycle, pod GC); the scheduler binds pods. Clients authenticate with
+certificates from one test CA (tests/cluster/pki.py).
+
+Load as a pytest plugin (``pytest_plugins = ["tests.cluster.controlplane"]``) for the session
+fixture ``kube_cluster``, or call :func:`start` / :meth:`KubeCluster.stop` directly
+(``python -m tests.cluster.run``).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster.pki import PKI, Pair
+from tests.processes import die_with_parent, free_port, tail
+
+HERE = Path(__file__).resolve().parent
+BUILD_SCRIPT = HERE / "build.py"
+START_TIMEOUT_S = 120.0
+SERVICE_CIDR = "10.96.0.0/16"
+SERVICE_IP = "10.96.0.1"
+CLUSTER_CIDR = "10.244.0.0/16"
+
+
+class ClusterError(RuntimeError):
+    """The control plane could not be built or started; the message carries the log's tail."""
+
+
+def build() -> dict[str, Any]:
+    """Build (or find cached) binaries; returns build.py's JSON result."""
+    proc = subprocess.run(
+        [sys.executable, str(BUILD_SCRIPT), "--json"], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise ClusterError(
+            f"{BUILD_SCRIPT} failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}"
+        )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def write_kubeconfig(path: Path, url: str, ca: Path, user: str, pair: Pair) -> Path:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "kubegpu-test", "cluster": {"server": url, "certificate-authority": str(ca)}}
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {"client-certificate": str(pair.cert), "client-key": str(pair.key)},
+            }
+        ],
+        "contexts": [{"name": user, "context": {"cluster": "kubegpu-test", "user": user}}],
+        "current-context": user,
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path.chmod(0o600)
+    return path
+
+
+@dataclass
+class KubeCluster:
+    """A running control plane; ``kubeconfig`` is an administrator's (system:masters)."""
+
+    workdir: Path
+    kubeconfig: Path
+    url: str
+    version: str
+    ca_file: Path
+    pki: PKI
+    procs: dict[str, subprocess.Popen[bytes]]
+    binaries: dict[str, str]
+    _clients: list[Any] = field(default_factory=list)
+
+    def client(self) -> Any:
+        """A new ``kubernetes.client.ApiClient`` for this cluster, as the administrator."""
+        from kubernetes import config
+
+        api_client = config.new_client_from_config(config_file=str(self.kubeconfig))
+        self._clients.append(api_client)
+        return api_client
+
+    def kubeconfig_for(self, user: str, organization: str | None = None) -> Path:
+        """A kubeconfig for a user the cluster authenticates by certificate (RBAC decides)."""
+        stem = "user-" + "".join(c if c.isalnum() else "-" for c in user)
+        pair = self.pki.issue(stem, user, organization, client=True)
+        return write_kubeconfig(
+            self.workdir / f"{stem}.kubeconfig", self.url, self.ca_file, user, pair
+        )
+
+    def kubectl(
+        self, *args: str, kubeconfig: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.binaries["kubectl"], f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    def rss_kib(self) -> dict[str, int]:
+        out = {}
+        for name, proc in self.procs.items():
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    out[name] = int(line.split()[1])
+        return out
+
+    def stop(self) -> None:
+        """Stop every process, the API server's clients first, etcd last."""
+        try:
+            for api_client in self._clients:
+                api_client.close()
+        finally:
+            self._clients.clear()
+            _stop_all(list(self.procs.values())[::-1])
+
+
+def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _spawn(name: str, argv: list[str], workdir: Path) -> subprocess.Popen[bytes]:
+    with open(workdir / f"{name}.log", "ab") as out:
+        return subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+
+
+def _wait(
+    what: str,
+    probe: Any,
+    procs: dict[str, subprocess.Popen[bytes]],
+    workdir: Path,
+    deadline: float,
+) -> None:
+    last = ""
+    while time.monotonic() < deadline:
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                raise ClusterError(
+                    f"{name} exited with {proc.returncode}:\n{tail(workdir / f'{name}.log')}"
+                )
+        try:
+            if probe():
+                return
+        except Exception as exc:  # any failure of a probe means "not yet"
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.1)
+    raise ClusterError(f"{what} not ready in {START_TIMEOUT_S:.0f} s ({last})")
+
+
+def _get(url: str, context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, context=context, timeout=5) as resp:
+        return resp.status, resp.read()
+
+
+def start(workdir: Path, binaries: dict[str, Any] | None = None) -> KubeCluster:
+    """Start the control plane with its data in ``workdir``, on free loopback ports."""
+    built = binaries or build()
+    bins: dict[str, str] = built["bin"]
+    workdir.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    pki = PKI(workdir / "pki")
+    port = free_port()
+    url = f"https://127.0.0.1:{port}"
+    serving = pki.issue(
+        "apiserver",
+        "kube-apiserver",
+        server=True,
+        dns=(
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ),
+        ips=("127.0.0.1", SERVICE_IP),
+    )
+    kubelet_client = pki.issue(
+        "apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters", client=True
+    )
+    sa = pki.service_account_keys()
+    admin = write_kubeconfig(
+        workdir / "admin.kubeconfig",
+        url,
+        pki.ca.cert,
+        "kubegpu-test-admin",
+        pki.issue("admin", "kubegpu-test-admin", "system:masters", client=True),
+    )
+    kcm = write_kubeconfig(
+        workdir / "controller-manager.kubeconfig",
+        url,
+        pki.ca.cert,
+        "system:kube-controller-manager",
+        pki.issue("controller-manager", "system:kube-controller-manager", client=True),
+    )
+    scheduler = write_kubeconfig(
+        workdir / "scheduler.kubeconfig",
+        url,
+        pki.ca.cert,
+        "system:kube-scheduler",
+        pki.issue("scheduler", "system:kube-scheduler", client=True),
+    )
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        etcd_port, peer_port = free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        peer_url = f"http://127.0.0.1:{peer_port}"
+        procs["etcd"] = _spawn(
+            "etcd",
+            [
+                bins["etcd"],
+                "--name=default",
+                f"--data-dir={workdir / 'etcd-data'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=default={peer_url}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+            workdir,
+        )
+        _wait(
+            "etcd",
+            lambda: json.loads(_get(f"{etcd_url}/health")[1]).get("health") == "true",
+            procs,
+            workdir,
+            deadline,
+        )
+        procs["kube-apiserver"] = _spawn(
+            "kube-apiserver",
+            [
+                bins["kube-apiserver"],
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                # Loopback cannot be the kubernetes Service's endpoint: no reconciler.
+                "--endpoint-reconciler-type=none",
+                f"--secure-port={port}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--client-ca-file={pki.ca.cert}",
+                f"--kubelet-client-certificate={kubelet_client.cert}",
+                f"--kubelet-client-key={kubelet_client.key}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                f"--service-account-key-file={sa.cert}",
+                f"--service-account-signing-key-file={sa.key}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                "--allow-privileged=true",
+                "--profiling=false",
+                f"--cert-dir={workdir / 'apiserver-certs'}",
+            ],
+            workdir,
+        )
+        context = ssl.create_default_context(cafile=str(pki.ca.cert))
+        _wait(
+            "kube-apiserver /readyz",
+            lambda: _get(f"{url}/readyz", context)[0] == 200,
+            procs,
+            workdir,
+            deadline,
+        )
+        procs["kube-controller-manager"] = _spawn(
+            "kube-controller-manager",
+            [
+                bins["kube-controller-manager"],
+                f"--kubeconfig={kcm}",
+                f"--authentication-kubeconfig={kcm}",
+                f"--authorization-kubeconfig={kcm}",
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={sa.key}",
+                f"--root-ca-file={pki.ca.cert}",
+                f"--cluster-signing-cert-file={pki.ca.cert}",
+                f"--cluster-signing-key-file={pki.ca.key}",
+                "--allocate-node-cidrs=true",
+                f"--cluster-cidr={CLUSTER_CIDR}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--controllers=*,bootstrapsigner,tokencleaner",
+            ],
+            workdir,
+        )
+        procs["kube-scheduler"] = _spawn(
+            "kube-scheduler",
+            [
+                bins["kube-scheduler"],
+                f"--kubeconfig={scheduler}",
+                f"--authentication-kubeconfig={scheduler}",
+                f"--authorization-kubeconfig={scheduler}",
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                "--leader-elect=false",
+            ],
+            workdir,
+        )
+        cluster = KubeCluster(
+            workdir=workdir,
+            kubeconfig=admin,
+            url=url,
+            version=built["kubernetes_version"],
+            ca_file=pki.ca.cert,
+            pki=pki,
+            procs=procs,
+            binaries=bins,
+        )
+        # The controller manager is up once its service-account controller has made `default`.
+        _wait(
+            "kube-controller-manager (the default service account)",
+            lambda: (
+                cluster.kubectl("get", "serviceaccount", "default", "-n", "default").returncode == 0
+            ),
+            procs,
+            workdir,
+            deadline,
+        )
+    except BaseException:
+        _stop_all(list(procs.values())[::-1])
+        raise
+    return cluster
+
+
+# --------------------------------------------------------------------------- pytest plugin
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """A running control plane for the session; yields its :class:`KubeCluster`."""
+    try:
+        cluster = start(tmp_path_factory.mktemp("cluster"))
+    except ClusterError as exc:
+        pytest.fail(f"the test control plane did not start: {exc}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -1,0 +1,86 @@
+"""What the test control planes (tests/apiserver, tests/cluster) share: child processes that die
+with the test run, free loopback ports, logs' tails, and serving by hand until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def die_with_parent() -> None:
+    """Run in the child before exec: the kernel sends it SIGTERM when its parent dies.
+
+    So a test run that is killed (timeout, SIGKILL) leaves no child behind. It is tied to the
+    thread that started the child: start children from a thread that outlives them.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def tail(path: Path, chars: int = 4000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no log)"
+
+
+def serve_by_hand(
+    doc: str,
+    prefix: str,
+    start: Callable[[Path], Any],
+    error: type[Exception],
+    describe: Callable[[Any, Path], list[str]],
+    argv: list[str] | None = None,
+) -> int:
+    """``python -m ...run``: start, print ``describe``'s lines, serve until Ctrl-C or SIGTERM.
+
+    The data lives in --workdir (a fresh temporary folder by default, removed on exit unless
+    --keep); ``start(workdir)`` returns something with ``.stop()``.
+    """
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--workdir", type=Path, help="folder for etcd data, certificates, logs")
+    parser.add_argument("--keep", action="store_true", help="keep --workdir on exit")
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix=prefix))
+    # SIGTERM ends the run like Ctrl-C does, also while starting (start cleans up after itself).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started in the background
+    try:
+        running = start(workdir)
+    except error as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, SystemExit):
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return 0
+    print("\n".join(describe(running, workdir)), flush=True)
+    try:
+        signal.pause()
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        # A second signal must not cut the clean-up short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        running.stop()
+        if not args.keep and args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
