@@ -10,20 +10,21 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 
-def die_with_parent() -> None:
-    """Run in the child before exec: the kernel sends it SIGTERM when its parent dies.
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Run in the child before exec: the kernel sends it ``sig`` when its parent dies.
 
     So a test run that is killed (timeout, SIGKILL) leaves no child behind. It is tied to the
     thread that started the child: start children from a thread that outlives them.
     """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+        libc.prctl(1, int(sig))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 
@@ -39,6 +40,18 @@ def tail(path: Path, chars: int = 4000) -> str:
         return path.read_text(errors="replace")[-chars:]
     except OSError:
         return "(no log)"
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    """Poll ``probe`` until it returns something true; that value, or AssertionError naming
+    ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout_s:.0f} s")
 
 
 def serve_by_hand(

@@ -16,6 +16,7 @@ fixture ``kube_cluster``, or call :func:`start` / :meth:`KubeCluster.stop` direc
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import signal
 import ssl
@@ -110,6 +111,30 @@ class KubeCluster:
             self.workdir / f"{stem}.kubeconfig", self.url, self.ca_file, user, pair
         )
 
+    def node_files(self, node: str) -> dict[str, str]:
+        """What a kubelet on ``node`` needs to join, by path on the node: the CA, its client
+        certificate as ``system:node:<node>`` in ``system:nodes``, and its kubeconfig (the
+        kubeadm layout)."""
+        pair = self.pki.issue(f"node-{node}", f"system:node:{node}", "system:nodes", client=True)
+        ca, cert, key = (
+            "/etc/kubernetes/pki/ca.crt",
+            "/var/lib/kubelet/pki/kubelet-client.crt",
+            "/var/lib/kubelet/pki/kubelet-client.key",
+        )
+        kubeconfig = write_kubeconfig(
+            self.workdir / f"node-{node}.kubeconfig",
+            self.url,
+            Path(ca),
+            f"system:node:{node}",
+            Pair(Path(cert), Path(key)),
+        )
+        return {
+            ca: self.ca_file.read_text(),
+            cert: pair.cert.read_text(),
+            key: pair.key.read_text(),
+            "/etc/kubernetes/kubelet.conf": kubeconfig.read_text(),
+        }
+
     def kubectl(
         self, *args: str, kubeconfig: Path | None = None
     ) -> subprocess.CompletedProcess[str]:
@@ -139,15 +164,20 @@ class KubeCluster:
 
 
 def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """One after the other (clients before the API server, etcd last): SIGTERM, then SIGKILL."""
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+def _die_with_parent() -> None:
+    # SIGKILL: an API server whose etcd went with the same parent never finishes a SIGTERM.
+    die_with_parent(signal.SIGKILL)
 
 
 def _spawn(name: str, argv: list[str], workdir: Path) -> subprocess.Popen[bytes]:
@@ -158,7 +188,7 @@ def _spawn(name: str, argv: list[str], workdir: Path) -> subprocess.Popen[bytes]
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=die_with_parent,
+            preexec_fn=_die_with_parent,
         )
 
 
@@ -190,15 +220,23 @@ def _get(url: str, context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
         return resp.status, resp.read()
 
 
-def start(workdir: Path, binaries: dict[str, Any] | None = None) -> KubeCluster:
-    """Start the control plane with its data in ``workdir``, on free loopback ports."""
+def start(
+    workdir: Path, binaries: dict[str, Any] | None = None, address: str = "127.0.0.1"
+) -> KubeCluster:
+    """Start the control plane with its data in ``workdir``, on free ports.
+
+    The API server listens on ``address``: loopback by default, or a testbed bridge's address
+    for kubelets on the nodes (then it is also the ``kubernetes`` Service's endpoint). etcd and
+    the controllers stay on loopback.
+    """
+    loopback = ipaddress.ip_address(address).is_loopback
     built = binaries or build()
     bins: dict[str, str] = built["bin"]
     workdir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + START_TIMEOUT_S
     pki = PKI(workdir / "pki")
     port = free_port()
-    url = f"https://127.0.0.1:{port}"
+    url = f"https://{address}:{port}"
     serving = pki.issue(
         "apiserver",
         "kube-apiserver",
@@ -210,7 +248,7 @@ def start(workdir: Path, binaries: dict[str, Any] | None = None) -> KubeCluster:
             "kubernetes.default.svc",
             "kubernetes.default.svc.cluster.local",
         ),
-        ips=("127.0.0.1", SERVICE_IP),
+        ips=tuple(dict.fromkeys(("127.0.0.1", address, SERVICE_IP))),
     )
     kubelet_client = pki.issue(
         "apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters", client=True
@@ -270,10 +308,10 @@ def start(workdir: Path, binaries: dict[str, Any] | None = None) -> KubeCluster:
             [
                 bins["kube-apiserver"],
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                # Loopback cannot be the kubernetes Service's endpoint: no reconciler.
-                "--endpoint-reconciler-type=none",
+                f"--bind-address={address}",
+                f"--advertise-address={address}",
+                # Loopback cannot be the kubernetes Service's endpoint: no reconciler then.
+                *(["--endpoint-reconciler-type=none"] if loopback else []),
                 f"--secure-port={port}",
                 f"--tls-cert-file={serving.cert}",
                 f"--tls-private-key-file={serving.key}",

@@ -17,21 +17,12 @@ from typing import Any
 import pytest
 
 from tests.cluster.controlplane import KubeCluster
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.cluster
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 A100 = "NVIDIA-A100-SXM4-80GB"
-
-
-def _wait(what: str, probe: Any, timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout_s:.0f} s")
 
 
 def _register_node(core: Any, name: str, product: str, gpus: str) -> None:
@@ -127,7 +118,7 @@ def test_the_scheduler_binds_by_gpu_product_and_refuses_what_no_node_fits(core: 
     _register_node(core, "gpu-h100", H100, "8")
     _register_node(core, "gpu-a100", A100, "4")
     # The node lifecycle controller lifts the not-ready taint admission put on each new node.
-    _wait(
+    wait_for(
         "the not-ready taints lifted",
         lambda: all(
             not any(
@@ -138,12 +129,12 @@ def test_the_scheduler_binds_by_gpu_product_and_refuses_what_no_node_fits(core: 
         ),
     )
     core.create_namespace({"metadata": {"name": "sched"}})
-    _wait(
+    wait_for(
         "the default service account", lambda: core.list_namespaced_service_account("sched").items
     )
     core.create_namespaced_pod("sched", _gpu_pod("fits-h100", "2", H100))
     core.create_namespaced_pod("sched", _gpu_pod("too-many", "5", A100))
-    node = _wait(
+    node = wait_for(
         "fits-h100 bound", lambda: core.read_namespaced_pod("fits-h100", "sched").spec.node_name
     )
     assert node == "gpu-h100"
@@ -154,6 +145,6 @@ def test_the_scheduler_binds_by_gpu_product_and_refuses_what_no_node_fits(core: 
         ).items
         return events[0].message if events else ""
 
-    message = _wait("too-many refused by the scheduler", unschedulable)
+    message = wait_for("too-many refused by the scheduler", unschedulable)
     assert "Insufficient nvidia.com/gpu" in message, message
     assert core.read_namespaced_pod("too-many", "sched").spec.node_name is None

@@ -15,6 +15,12 @@ A node of sid's own userspace cannot boot here: sid's systemd (262) no longer su
 hybrid cgroup v1 layout of this host (cgroup v1 support went in systemd 258), so its PID 1
 exits at once inside systemd-nspawn. Nothing here is a test double (the nvidia runtime binary is not installed; only
 configuration that names it is checked, which is what containerd and dockerd load).
+
+On each suite's node, once wired, a real kubelet (Kubernetes 1.37, tests/cluster) joins a real
+control plane listening on the suite's bridge: the node goes Ready on the containerd kubegpu
+configured, and a pod (Debian's busybox, imported as an image built here; the sandbox is
+Kubernetes' pause compiled here) runs under runc with a pod address from the bridge CNI plugin,
+its log and exec reached through the API server and the kubelet.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,11 +40,15 @@ import pytest
 
 from kubegpu.testbed import TestbedConfig, TestbedState, down, up
 from kubegpu.testbed.config import DEFAULT_BRIDGE, DEFAULT_PREFIX, DEFAULT_SUBNET, default_state_dir
+from kubegpu.testbed.nodes import FAKED_SYSCTLS as FAKED
+from tests.cluster import controlplane, images, kubelet
+from tests.processes import wait_for
 
 pytestmark = [pytest.mark.integration]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NVCT = "/usr/bin/nvidia-container-runtime"
+SHELL_IMAGE = "registry.kubegpu.test/shell:1"
 MODULE_TASK = "Wire the nvidia runtime into containerd through a validated drop-in"
 # name -> (its number in the derived names, the node's suite, the suite containerd comes from,
 # the containerd minor Debian ships there)
@@ -127,6 +138,14 @@ class Node:
             timeout=timeout,
             check=False,
         )
+
+    def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write ``data`` to ``path`` on the node (parents made), with ``mode``."""
+        command = f"mkdir -p $(dirname {path}) && cat > {path} && chmod {mode:o} {path}"
+        proc = subprocess.run(
+            self.testbed.ssh_argv(self.name, command), input=data, capture_output=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr.decode(errors="replace")
 
     def ok(self, command: str, timeout: int = 600) -> str:
         proc = self.ssh(command, timeout)
@@ -356,6 +375,145 @@ def test_undo_takes_out_exactly_our_imports_entry(suite_node: Node, wired: dict[
     assert node.changed(again) == 0
     # Wired again for what follows.
     node.play()
+
+
+# --- a real kubelet on the runtime kubegpu wired ---------------------------------------------------
+
+
+def sandbox_image(dump: dict[str, Any]) -> str:
+    """The pause image the node's containerd starts every pod with (1.7: v2 config; 2.x: v3)."""
+    plugins = dump["plugins"]
+    if "io.containerd.cri.v1.images" in plugins:
+        return str(plugins["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"])
+    return str(plugins["io.containerd.grpc.v1.cri"]["sandbox_image"])
+
+
+def cni_bin_dirs(dump: dict[str, Any]) -> list[str]:
+    plugins = dump["plugins"]
+    if "io.containerd.cri.v1.runtime" in plugins:
+        cni = plugins["io.containerd.cri.v1.runtime"]["cni"]
+        return list(cni.get("bin_dirs") or [cni.get("bin_dir")])
+    return [plugins["io.containerd.grpc.v1.cri"]["cni"]["bin_dir"]]
+
+
+@pytest.fixture(scope="module")
+def joined(
+    suite_node: Node, wired: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """The node joined, by a real kubelet on the containerd kubegpu wired, to a real control
+    plane listening on the suite's bridge; the node Ready. Yields the cluster and timings."""
+    node = suite_node
+    host_sysctls = {name: Path("/proc/sys", name.replace(".", "/")).read_text() for name in FAKED}
+    # The operator's own setting this machine needs (no CAP_SYS_RESOURCE in a node), in the
+    # main config, and a restart; kubegpu's next run keeps it (containerd 1.7: carried into
+    # kubegpu's drop-in, which holds the whole CRI section; 2.x merges the two files).
+    node.ok(
+        "sed -i 's/restrict_oom_score_adj = false/restrict_oom_score_adj = true/' "
+        "/etc/containerd/config.toml && systemctl restart containerd"
+    )
+    node.play()
+    dump = node.dump()
+    runtime = dump["plugins"].get("io.containerd.cri.v1.runtime") or dump["plugins"].get(
+        "io.containerd.grpc.v1.cri"
+    )
+    assert runtime["restrict_oom_score_adj"] is True
+    assert "nvidia" in runtime["containerd"]["runtimes"]
+    node.ok(
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends"
+        " containernetworking-plugins >/dev/null"
+    )
+    for folder in cni_bin_dirs(dump):
+        if folder != "/usr/lib/cni":
+            node.ok(f"mkdir -p {folder} && ln -sf /usr/lib/cni/* {folder}/")
+    for archive in (
+        images.pause_archive(sandbox_image(dump)),
+        images.shell_archive(SHELL_IMAGE),
+    ):
+        node.put("/root/image.tar", archive.read_bytes())
+        node.ok("ctr -n k8s.io images import /root/image.tar >/dev/null && rm /root/image.tar")
+    started = time.monotonic()
+    cluster = controlplane.start(
+        tmp_path_factory.mktemp(f"cluster-{node.suite}"), address=node.testbed.bridge_address
+    )
+    try:
+        timings = {"control_plane_s": time.monotonic() - started}
+        address = node.testbed.addresses[node.name]
+        for path, text in {**cluster.node_files(node.name), **kubelet.files(address)}.items():
+            node.put(path, text.encode(), 0o600)
+        node.put(kubelet.KUBELET_BIN, Path(cluster.binaries["kubelet"]).read_bytes(), 0o755)
+        started = time.monotonic()
+        node.ok("systemctl daemon-reload && systemctl enable --now kubelet")
+        from kubernetes import client
+
+        core = client.CoreV1Api(cluster.client())
+        pod_cidr = wait_for(
+            "the node registered with a pod CIDR",
+            lambda: next((n.spec.pod_cidr for n in core.list_node().items), None),
+        )
+        node.put(kubelet.CNI_CONFIG, kubelet.cni_conflist(pod_cidr).encode(), 0o644)
+        wait_for("the node Ready", lambda: node_ready(core, node.name), timeout_s=120)
+        timings["kubelet_to_ready_s"] = time.monotonic() - started
+        yield {"cluster": cluster, "core": core, "timings": timings, "host": host_sysctls}
+    finally:
+        node.ssh("systemctl disable --now kubelet")
+        cluster.stop()
+
+
+def node_ready(core: Any, name: str) -> bool:
+    conditions = core.read_node(name).status.conditions or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def test_a_real_kubelet_joins_on_the_wired_runtime_and_the_node_is_ready(
+    suite_node: Node, joined: dict[str, Any]
+) -> None:
+    info = joined["core"].read_node(suite_node.name).status.node_info
+    assert info.kubelet_version == joined["cluster"].version
+    minor = SUITES[suite_node.suite][3]
+    assert info.container_runtime_version.startswith(f"containerd://{minor}."), info
+    # kubelet set nothing on the host: the node's sysctls are its own copies.
+    for name, value in joined["host"].items():
+        assert Path("/proc/sys", name.replace(".", "/")).read_text() == value
+    print(f"\n{suite_node.suite}: {joined['timings']}")
+
+
+def test_a_pod_runs_and_its_log_and_exec_go_through_the_api_server(
+    suite_node: Node, joined: dict[str, Any]
+) -> None:
+    cluster, core = joined["cluster"], joined["core"]
+    core.create_namespaced_pod(
+        "default",
+        {
+            "metadata": {"name": "hello"},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "sh",
+                        "image": SHELL_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", "echo hello from $(hostname); sleep 600"],
+                    }
+                ]
+            },
+        },
+    )
+    wait_for(
+        "the pod Running",
+        lambda: core.read_namespaced_pod("hello", "default").status.phase == "Running",
+    )
+    pod = core.read_namespaced_pod("hello", "default")
+    assert pod.spec.node_name == suite_node.name
+    pod_cidr = core.read_node(suite_node.name).spec.pod_cidr
+    assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(pod_cidr)
+    log = wait_for("the pod's log", lambda: cluster.kubectl("logs", "hello").stdout)
+    assert log == "hello from hello\n"
+    proc = cluster.kubectl("exec", "hello", "--", "hostname")
+    assert (proc.returncode, proc.stdout) == (0, "hello\n"), proc.stderr
+    # The pod's containers are the node's containerd's, under runc.
+    containers = suite_node.ok("ctr -n k8s.io containers ls").splitlines()
+    assert any(SHELL_IMAGE in c and "io.containerd.runc.v2" in c for c in containers), containers
+    core.delete_namespaced_pod("hello", "default", grace_period_seconds=1)
+    wait_for("the pod gone", lambda: not core.list_namespaced_pod("default").items)
 
 
 # --- docker ------------------------------------------------------------------------------------------

@@ -51,8 +51,10 @@ def default_state_dir() -> Path:
 class TestbedConfig:
     """One testbed: N Debian nodes on a private bridge, with an apt proxy and a vendor repo.
 
-    `containers` names the nodes that get the extra settings containerd needs (see
-    TESTBED-NOTES.md); `simulate_gpu` maps node names to a real nvidia-smi capture that the node
+    `containers` names the nodes that get the extra settings containerd and kubelet need
+    (writable v1 cgroup controllers, an ext4 /var/lib/containerd, /dev/kmsg with CAP_SYSLOG, the
+    node's own copies of the host-global sysctls kubelet sets: nodes.FAKED_SYSCTLS);
+    `simulate_gpu` maps node names to a real nvidia-smi capture that the node
     replays as a simulated GPU.
     """
 

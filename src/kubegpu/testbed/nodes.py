@@ -22,6 +22,9 @@ from kubegpu.testbed.errors import TestbedError
 SIMULATED_SMI = "/usr/local/lib/kubegpu-simulated/nvidia-smi"
 SIMULATED_ROOT = "/var/lib/kubegpu-simulated/root"
 CONTAINERD_IMAGE_SIZE = "8G"
+# The host-global sysctls kubelet sets unless they hold these values (a node that runs
+# containers gets its own copy of each, bound over /proc/sys inside the node).
+FAKED_SYSCTLS = {"vm.overcommit_memory": "1", "kernel.panic": "10", "kernel.panic_on_oops": "1"}
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,30 @@ def personalise(paths: NodePaths, spec: NodeSpec, ctx: NodeContext) -> str:
             "WantedBy=sysinit.target\n",
         )
         _link(root, "sysinit.target.wants", "kubegpu-testbed-cgroups-rw.service")
+        # /proc/sys is writable in such a node (containerd needs it), and these three are the
+        # host's own: kubelet sets them when they differ from what it wants. Each gets a file of
+        # the node's own bound over it, holding kubelet's value, so nothing reaches the host.
+        binds = " ".join(
+            f"echo {value} > /run/kubegpu-testbed/sysctl/{name}; "
+            f"mount --bind /run/kubegpu-testbed/sysctl/{name} /proc/sys/{name.replace('.', '/')};"
+            for name, value in FAKED_SYSCTLS.items()
+        )
+        write_file(
+            root / "etc/systemd/system/kubegpu-testbed-sysctls.service",
+            "[Unit]\n"
+            "Description=kubegpu testbed: the node's own copies of the host-global sysctls "
+            "kubelet sets\n"
+            "DefaultDependencies=no\n"
+            "After=local-fs.target\n"
+            "Before=sysinit.target containerd.service kubelet.service\n"
+            "\n[Service]\n"
+            "Type=oneshot\n"
+            "RemainAfterExit=yes\n"
+            f"ExecStart=/bin/sh -ec 'mkdir -p /run/kubegpu-testbed/sysctl; {binds}'\n"
+            "\n[Install]\n"
+            "WantedBy=sysinit.target\n",
+        )
+        _link(root, "sysinit.target.wants", "kubegpu-testbed-sysctls.service")
     return (key.with_suffix(".pub")).read_text().strip()
 
 
@@ -243,6 +270,9 @@ def nspawn_argv(paths: NodePaths, spec: NodeSpec, bridge: str) -> list[str]:
         argv += [
             "--system-call-filter=@keyring",
             f"--bind={paths.containerd}:/var/lib/containerd",
+            # kubelet's OOM watcher reads the kernel log.
+            "--bind-ro=/dev/kmsg",
+            "--capability=CAP_SYSLOG",
         ]
     return argv
 

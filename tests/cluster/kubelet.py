@@ -1,0 +1,116 @@
+"""A real kubelet on a testbed node, joined to the test cluster's control plane.
+
+The node runs the containerd that kubegpu's container_runtime role installed and wired; the
+kubelet (tests/cluster/build.py's, the same release as the control plane) is laid out as kubeadm
+lays it out, so kubegpu's kubelet role finds what it finds on a kubeadm node:
+
+- /usr/bin/kubelet, /etc/systemd/system/kubelet.service with kubeadm's drop-in
+  (`10-kubeadm.conf`: `/etc/default/kubelet` and its `KUBELET_EXTRA_ARGS`);
+- /var/lib/kubelet/config.yaml, the KubeletConfiguration;
+- /etc/kubernetes/kubelet.conf and the node's client certificate as `system:node:<name>`.
+
+What this machine needs besides (tests/cluster/README.md): the cgroupfs driver (containerd's
+runc has `SystemdCgroup = false` on these nodes), `failCgroupV1: false` (the host runs cgroup
+v1), no swap check, and `restrict_oom_score_adj` in containerd's CRI settings, written into the
+node's main containerd config as an operator would (no CAP_SYS_RESOURCE in a node). The
+testbed gives such a node /dev/kmsg and its own copies of the sysctls kubelet sets.
+
+Pod networking is the CNI bridge plugin (Debian's containernetworking-plugins) with host-local
+addresses from the pod CIDR the controller manager allocated to the node.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+KUBELET_BIN = "/usr/bin/kubelet"
+CONFIG = "/var/lib/kubelet/config.yaml"
+CNI_CONFIG = "/etc/cni/net.d/10-kubegpu-test.conflist"
+
+UNIT = """[Unit]
+Description=kubelet: The Kubernetes Node Agent (kubegpu test cluster)
+Wants=network-online.target containerd.service
+After=network-online.target containerd.service
+
+[Service]
+ExecStart=/usr/bin/kubelet
+Restart=always
+RestartSec=2
+StartLimitInterval=0
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+# kubeadm's drop-in, as its deb packages ship it.
+KUBEADM_DROPIN = """[Service]
+Environment="KUBELET_KUBECONFIG_ARGS=--kubeconfig=/etc/kubernetes/kubelet.conf"
+Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=
+ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
+"""
+
+
+def kubelet_configuration(cluster_dns: str = "10.96.0.10") -> dict[str, Any]:
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"},
+        },
+        "authorization": {"mode": "Webhook"},
+        "cgroupDriver": "cgroupfs",
+        "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "clusterDomain": "cluster.local",
+        "clusterDNS": [cluster_dns],
+        "resolvConf": "/etc/resolv.conf",
+        "rotateCertificates": False,
+        "serializeImagePulls": False,
+        # The node's disk is a shared loop image: no image garbage collection mid-test.
+        "imageGCHighThresholdPercent": 100,
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%"},
+    }
+
+
+def files(node_ip: str) -> dict[str, str]:
+    """The kubelet's files on the node, besides its credentials (KubeCluster.node_files)."""
+    return {
+        "/etc/systemd/system/kubelet.service": UNIT,
+        "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf": KUBEADM_DROPIN,
+        CONFIG: yaml.safe_dump(kubelet_configuration(), sort_keys=False),
+        "/var/lib/kubelet/kubeadm-flags.env": f'KUBELET_KUBEADM_ARGS="--node-ip={node_ip}"\n',
+    }
+
+
+def cni_conflist(pod_cidr: str) -> str:
+    """The bridge plugin with addresses from the node's pod CIDR, and loopback."""
+    return json.dumps(
+        {
+            "cniVersion": "1.0.0",
+            "name": "kubegpu-test",
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": "cni0",
+                    "isGateway": True,
+                    "ipMasq": False,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": pod_cidr}]],
+                        "routes": [{"dst": "0.0.0.0/0"}],
+                    },
+                },
+                {"type": "loopback"},
+            ],
+        },
+        indent=2,
+    )
