@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.kubegpu.gpu.plugins.module_utils import kubelet as kubelet_rules
 
 from kubegpu.testbed import TestbedConfig, TestbedState, down, up
 from kubegpu.testbed.config import DEFAULT_BRIDGE, DEFAULT_PREFIX, DEFAULT_SUBNET, default_state_dir
@@ -380,6 +381,23 @@ def test_undo_takes_out_exactly_our_imports_entry(suite_node: Node, wired: dict[
 # --- a real kubelet on the runtime kubegpu wired ---------------------------------------------------
 
 
+# Sets restrict_oom_score_adj in the main config's CRI table: the line when the file has it
+# (`containerd config default` writes it), else right under the table's header (Debian's file).
+RESTRICT_OOM = r"""
+import pathlib, re
+path = pathlib.Path("/etc/containerd/config.toml")
+text = path.read_text()
+if "restrict_oom_score_adj" in text:
+    text = text.replace("restrict_oom_score_adj = false", "restrict_oom_score_adj = true")
+else:
+    header = re.search(
+        r"^( *)\[plugins\.[\"'](io\.containerd\.grpc\.v1\.cri|io\.containerd\.cri\.v1\.runtime)[\"']\] *$",
+        text, re.M)
+    text = text[:header.end()] + "\n" + header.group(1) + "  restrict_oom_score_adj = true" + text[header.end():]
+path.write_text(text)
+"""
+
+
 def sandbox_image(dump: dict[str, Any]) -> str:
     """The pause image the node's containerd starts every pod with (1.7: v2 config; 2.x: v3)."""
     plugins = dump["plugins"]
@@ -407,10 +425,8 @@ def joined(
     # The operator's own setting this machine needs (no CAP_SYS_RESOURCE in a node), in the
     # main config, and a restart; kubegpu's next run keeps it (containerd 1.7: carried into
     # kubegpu's drop-in, which holds the whole CRI section; 2.x merges the two files).
-    node.ok(
-        "sed -i 's/restrict_oom_score_adj = false/restrict_oom_score_adj = true/' "
-        "/etc/containerd/config.toml && systemctl restart containerd"
-    )
+    node.put("/root/restrict-oom.py", RESTRICT_OOM.encode())
+    node.ok("python3 /root/restrict-oom.py && systemctl restart containerd")
     node.play()
     dump = node.dump()
     runtime = dump["plugins"].get("io.containerd.cri.v1.runtime") or dump["plugins"].get(
@@ -514,6 +530,87 @@ def test_a_pod_runs_and_its_log_and_exec_go_through_the_api_server(
     assert any(SHELL_IMAGE in c and "io.containerd.runc.v2" in c for c in containers), containers
     core.delete_namespaced_pod("hello", "default", grace_period_seconds=1)
     wait_for("the pod gone", lambda: not core.list_namespaced_pod("default").items)
+
+
+# What the oracle runs on the node for each case: kubelet with the case's gates in its config file
+# and no credentials, so that a kubelet that accepts the gates logs its effective configuration
+# and then stops (it starts nothing without a kubeconfig); prints one JSON line per case.
+ORACLE = r"""
+import json, subprocess
+cases = json.load(open("/root/oracle/cases.json"))
+for name, gates in cases.items():
+    config = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+              "featureGates": gates, "failCgroupV1": False}
+    with open("/root/oracle/config.yaml", "w") as out:
+        json.dump(config, out)
+    proc = subprocess.run(["timeout", "30", "/root/oracle/kubelet", "--config=/root/oracle/config.yaml",
+                           "--root-dir=/root/oracle/root", "--kubeconfig=/root/oracle/none"],
+                          capture_output=True, text=True)
+    errors = [l for l in proc.stderr.splitlines()
+              if "feature gate" in l and "Warning: setting" not in l or l.startswith("panic:")]
+    print(json.dumps({"case": name, "rc": proc.returncode, "errors": errors[:3],
+                      "accepted": "Effective KubeletConfiguration" in proc.stderr}), flush=True)
+"""
+
+
+def oracle_cases(release: tuple[int, int]) -> dict[str, dict[str, bool]]:
+    """Cases by name: every gate of the release at its default (one case), each locked gate set
+    against its lock, each gate removed by the release set to true."""
+    states = {name: kubelet_rules.gate_state(name, release) for name in kubelet_rules.FEATURE_GATES}
+    present = {n: st for n, st in states.items() if st["status"] == "present"}
+    # AllAlpha and AllBeta set every gate of their stage that is not set itself (AllBeta=false
+    # turns off the beta gates that others depend on): they are cases of their own.
+    cases = {
+        "all-at-default": {
+            n: st["default"] for n, st in present.items() if n not in ("AllAlpha", "AllBeta")
+        }
+    }
+    for name, st in present.items():
+        if st["locked"]:
+            cases[f"locked:{name}"] = {name: not st["default"]}
+    for name, st in states.items():
+        if st["status"] == "removed":
+            cases[f"removed:{name}"] = {name: True}
+    return cases
+
+
+@pytest.mark.parametrize("suite_node", ["trixie"], indirect=True)
+def test_the_real_kubelet_agrees_with_kubegpus_feature_gate_table(
+    suite_node: Node, joined: dict[str, Any]
+) -> None:
+    """The oracle: kubegpu's table for the build's release against the kubelet of that release."""
+    node, cluster = suite_node, joined["cluster"]
+    release = kubelet_rules.parse_kubernetes_version(cluster.version)
+    assert release is not None
+    cases = oracle_cases(release)
+    # kubegpu's own verdict on each case.
+    for name, gates in cases.items():
+        problems = kubelet_rules.validate_feature_gates(gates, cluster.version)
+        assert (problems == []) == (name == "all-at-default"), (name, problems)
+    node.put("/root/oracle/kubelet", Path(cluster.binaries["kubelet"]).read_bytes(), 0o755)
+    node.put("/root/oracle/cases.json", json.dumps(cases).encode())
+    node.put("/root/oracle/run.py", ORACLE.encode())
+    verdicts = [json.loads(line) for line in node.ok("python3 /root/oracle/run.py").splitlines()]
+    assert [v["case"] for v in verdicts] == list(cases)
+    disagreements = []
+    for verdict in verdicts:
+        name, errors = verdict["case"], "\n".join(verdict["errors"])
+        gate = name.split(":", 1)[-1]
+        if name == "all-at-default":
+            agrees = verdict["accepted"] and not errors
+        elif name.startswith("locked:"):
+            agrees = f"cannot set feature gate {gate} to" in errors and "locked" in errors
+        else:
+            agrees = f"unrecognized feature gate: {gate}" in errors
+        if not agrees or (name != "all-at-default" and verdict["accepted"]):
+            disagreements.append(f"{name}: exit {verdict['rc']}: {errors[:600]}")
+    assert disagreements == [], "\n".join(disagreements)
+    locked = sum(n.startswith("locked:") for n in cases)
+    removed = sum(n.startswith("removed:") for n in cases)
+    print(
+        f"\noracle {cluster.version}: {len(cases['all-at-default'])} gates accepted at their "
+        f"defaults, {locked} locked gates and {removed} removed gates refused, as kubegpu says"
+    )
 
 
 # --- docker ------------------------------------------------------------------------------------------
