@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 
 import os
 
+from ansible_collections.kubegpu.gpu.plugins.module_utils.redact import redact_diff
 from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet import (
     DEFAULT_PATHS,
     DROPIN_ENV_UNTIL,
@@ -295,13 +296,15 @@ def decide(p, node, diff=False):
     result["files"] = [plan["path"] for plan in plans]
     result["changed"] = result["restart_needed"] = bool(plans)
     if diff:
-        result["diff"] = [
-            dict(
-                before_header=plan["path"] if plan["before"] is not None else "/dev/null",
-                after_header=plan["path"],
-                before=plan["before"] or "",
-                after=plan["after"],
-            )
-            for plan in plans
-        ]
+        result["diff"] = redact_diff(
+            [
+                dict(
+                    before_header=plan["path"] if plan["before"] is not None else "/dev/null",
+                    after_header=plan["path"],
+                    before=plan["before"] or "",
+                    after=plan["after"],
+                )
+                for plan in plans
+            ]
+        )
     return result, None, plans

@@ -238,6 +238,7 @@ import glob
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubegpu.gpu.plugins.module_utils.redact import redact_diff
 from ansible_collections.kubegpu.gpu.plugins.module_utils.files import (
     read_record,
     write_atomic,
@@ -314,7 +315,7 @@ def remove(module, result):
                     before_header=drop_in_path, after_header=drop_in_path, before=drop_in, after=""
                 )
             )
-        result["diff"] = diffs
+        result["diff"] = redact_diff(diffs)
     if module.check_mode:
         module.exit_json(**result)
     try:
@@ -381,7 +382,7 @@ def main():
                     after=planned["drop_in_after"],
                 )
             )
-        result["diff"] = diffs
+        result["diff"] = redact_diff(diffs)
     if not changed:
         module.exit_json(**result)
     record = read_record(module, p["record_path"])

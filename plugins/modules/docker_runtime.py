@@ -125,6 +125,7 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubegpu.gpu.plugins.module_utils.redact import redact_diff
 from ansible_collections.kubegpu.gpu.plugins.module_utils.files import (
     read_record,
     write_atomic,
@@ -155,8 +156,8 @@ def remove(module, result, old_text):
             "no record of kubegpu's changes at %s: %s left as it is" % (p["record_path"], path)
         )
     if changed and module._diff:
-        result["diff"] = dict(
-            before_header=path, after_header=path, before=old_text or "", after=new_text or ""
+        result["diff"] = redact_diff(
+            dict(before_header=path, after_header=path, before=old_text or "", after=new_text or "")
         )
     if module.check_mode:
         module.exit_json(**result)
@@ -218,8 +219,8 @@ def main():
         module.fail_json(msg=str(exc), **result)
     result.update(changed=changed, restart_required=changed)
     if changed and module._diff:
-        result["diff"] = dict(
-            before_header=path, after_header=path, before=old_text or "", after=new_text
+        result["diff"] = redact_diff(
+            dict(before_header=path, after_header=path, before=old_text or "", after=new_text)
         )
     if not changed:
         module.exit_json(**result)

@@ -96,6 +96,7 @@ backup_files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubegpu.gpu.plugins.module_utils.redact import redact_diff
 from ansible_collections.kubegpu.gpu.plugins.module_utils.files import apply_file_entry
 
 FILE_SPEC = dict(
@@ -135,7 +136,7 @@ def main():
     if not result["backup_files"]:
         del result["backup_files"]
     if module._diff:
-        result["diff"] = diffs
+        result["diff"] = redact_diff(diffs)
     module.exit_json(**result)
 
 

@@ -242,6 +242,28 @@ def test_check_mode_with_diff_writes_nothing(etc: Path, containerd: str, capsys)
     assert "nvidia" in result["diff"][1]["after"]
 
 
+REGISTRY_AUTH = """
+[plugins."io.containerd.grpc.v1.cri".registry.configs."registry.kubegpu.test:5000".auth]
+  username = "puller"
+  password = "hunter2-registry-password"
+  identitytoken = "eyJ-registry-identity-token"
+"""
+
+
+def test_diff_never_shows_registry_credentials(etc: Path, containerd: str, capsys) -> None:
+    """containerd 1.7's drop-in carries the main config's whole CRI section, registry
+    credentials included: the diff shows every line of both files but their values."""
+    (etc / "config.toml").write_text(DEBIAN_PACKAGE_CONFIG.read_text() + REGISTRY_AUTH)
+    result = run_module(args_for(etc, containerd), capsys, check=True, diff=True)
+    assert result["changed"], result
+    text = json.dumps(result)
+    assert "hunter2-registry-password" not in text and "eyJ-registry-identity-token" not in text
+    drop_in = result["diff"][1]["after"]
+    assert 'password = "<redacted>"' in drop_in and 'identitytoken = "<redacted>"' in drop_in
+    assert 'username = "puller"' in drop_in and "nvidia" in drop_in
+    assert 'password = "<redacted>"' in result["diff"][0]["before"]
+
+
 def test_without_a_main_config_a_minimal_one_is_created(etc: Path, containerd: str, capsys) -> None:
     result = run_module(args_for(etc, containerd), capsys)
     assert result["changed"] and result["backup_files"] == []

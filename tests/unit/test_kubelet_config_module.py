@@ -228,6 +228,34 @@ def test_k3s_lists_merged_and_other_keys_kept(repo_root: Path, tmp_path: Path) -
     assert run_module(repo_root, args)["changed"] is False
 
 
+def test_k3s_diff_never_shows_the_token(repo_root: Path, tmp_path: Path) -> None:
+    """k3s's config.yaml holds the join token (kubegpu writes it 0600): --diff shows the file
+    with every value but the token's."""
+    config = tmp_path / "k3s-config.yaml"
+    config.write_text(
+        K3S_CONFIG + "token: K10secret-join-token::server:abc\n"
+        "datastore-endpoint: postgres://k3s:db-password-1@db.internal:5432/k3s\n"
+    )
+    args = {
+        "flavor": "k3s",
+        "kubelet_version": "v1.36.3+k3s1",
+        "feature_gates": {"KubeletPodResourcesGet": True},
+        "config_path": str(config),
+        "backup": False,
+    }
+    result = run_module(repo_root, args, "--check", "--diff")
+    assert result["changed"] is True
+    text = json.dumps(result)
+    assert "K10secret-join-token" not in text and "db-password-1" not in text
+    (diff,) = result["diff"]
+    for side in ("before", "after"):
+        assert "token: <redacted>" in diff[side]
+        assert "postgres://k3s:<redacted>@db.internal:5432/k3s" in diff[side]
+        assert "token-file: /etc/rancher/k3s/token" in diff[side]
+    assert "feature-gates=KubeletPodResourcesGet=true" in diff["after"]
+    assert "K10secret-join-token" in config.read_text()  # check mode: the file is untouched
+
+
 def test_kubeadm_drop_in_directory(repo_root: Path, kubeadm_files: dict, tmp_path: Path) -> None:
     dropins = tmp_path / "kubelet.conf.d"
     args = dict(ARGS, kubelet_version="1.33", config_dir=str(dropins), **kubeadm_files)
