@@ -73,6 +73,7 @@ def _check(tmp_path: Path, keys: dict[str, Any], source: str, fingerprint: str) 
             "vars": {
                 "__nvidia_container_toolkit_keyring": str(keyring),
                 "nvidia_container_toolkit_repo_key_fingerprint": fingerprint,
+                "__nvidia_container_toolkit_key_fingerprint": fingerprint,
                 "nvidia_container_toolkit_repo_key_file": str(keys["folder"] / source),
                 "__nvidia_container_toolkit_key_url": "",
             },
