@@ -23,6 +23,7 @@ import typing as t
 
 from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd as c
 from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd_params as cp
+from ansible_collections.kubegpu.gpu.plugins.module_utils.files import RESTART_PENDING_NOTE
 from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
     B64_HELPERS,
     PipedAction,
@@ -35,9 +36,10 @@ from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
 )
 
 # $1 the given containerd or "", then the paths: main, drop-in, drop-in folder, runtime binary,
-# conf.d and config.d beside the main config, then the search folders for containerd. Lines:
+# conf.d and config.d beside the main config, the restart marker (or ""), then the search
+# folders for containerd. Lines:
 # "bin B64PATH" (or "nobin", and nothing more), "version RC B64STDOUT", per path "type I f|d|o|n"
-# (I its position, 0-5: regular file, directory, other, absent; symlinks followed), "text I B64"
+# (I its position, 0-6: regular file, directory, other, absent; symlinks followed), "text I B64"
 # or "unreadable I" for the main config and the drop-in when they are files, and for each of the
 # three folders that is a directory "ls I B64NAME..." (dotfiles too) or "nols I".
 _READ = (
@@ -45,8 +47,8 @@ _READ = (
     + BIN_PATH
     + r"""
 given=$1
-main=$2 drop_in=$3 drop_in_dir=$4 runtime=$5 conf_d=$6 config_d=$7
-shift 7
+main=$2 drop_in=$3 drop_in_dir=$4 runtime=$5 conf_d=$6 config_d=$7 marker=$8
+shift 8
 if [ -n "$given" ]; then
   [ -e "$given" ] && bin=$given || bin=
 else
@@ -57,7 +59,7 @@ printf 'bin %s\n' "$(b64 "$bin")"
 out=$(LC_ALL=C LANG=C "$bin" --version 2>/dev/null)
 printf 'version %s %s\n' "$?" "$(b64 "$out")"
 i=0
-for p in "$main" "$drop_in" "$drop_in_dir" "$runtime" "$conf_d" "$config_d"; do
+for p in "$main" "$drop_in" "$drop_in_dir" "$runtime" "$conf_d" "$config_d" "$marker"; do
   if [ -f "$p" ]; then kind=f
   elif [ -d "$p" ]; then kind=d
   elif [ -e "$p" ]; then kind=o
@@ -214,6 +216,7 @@ class ActionModule(PipedAction):
             params["runtime_binary"],
             os.path.join(base, "conf.d"),
             os.path.join(base, "config.d"),
+            params["restart_marker"],
         ]
         given = params["containerd_binary"] or ""
         done = self.read(
@@ -230,4 +233,9 @@ class ActionModule(PipedAction):
             raise Unanswered("a change to validate and write")
         if planned["warnings"]:
             outcome["warnings"] = list(planned["warnings"])
+        if params["restart_marker"] and node.exists(params["restart_marker"]):
+            outcome.update(changed=True, restart_required=True, restart_pending=True)
+            outcome.setdefault("warnings", []).append(
+                RESTART_PENDING_NOTE % params["restart_marker"]
+            )
         return outcome

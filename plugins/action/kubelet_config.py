@@ -243,6 +243,8 @@ def _script_argv(args: dict[str, t.Any], python: str) -> list[str]:
             stats.append(kn.SYSCONFIG_DIR)
     if args["config_dir"]:
         reads.append(dropin_path(args["config_dir"], args["dropin_name"]))
+    if args["restart_marker"]:
+        stats.append(args["restart_marker"])
     return [
         args["binary"] or "",
         "1" if kn.needs_version(args) else "0",

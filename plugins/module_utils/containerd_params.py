@@ -29,6 +29,7 @@ ARGUMENT_SPEC = dict(
     backup=dict(type="bool", default=True),
     state=dict(type="str", default="present", choices=["present", "absent"]),
     record_path=dict(type="str", default="/etc/ansible/facts.d/kubegpu_containerd.fact"),
+    restart_marker=dict(type="str", default=""),
 )
 # Where containerd and ctr are looked for before PATH (get_bin_path's opt_dirs).
 BINARY_DIRS = ["/usr/local/bin", "/usr/bin"]
@@ -55,6 +56,11 @@ def param_problem(params):
     """The message for the first parameter the module refuses (state=absent uses only
     record_path), or None."""
     if params["record_path"] and not os.path.isabs(params["record_path"]):
+    if params.get("restart_marker") and not os.path.isabs(params["restart_marker"]):
+        return (
+            "restart_marker %r must be an absolute path (or empty to keep no marker)"
+            % params["restart_marker"]
+        )
         return (
             "record_path %r must be an absolute path (or empty to keep no record)"
             % params["record_path"]

@@ -34,6 +34,20 @@ def write_atomic(module, path, text, mode=0o644):
             os.unlink(tmp)
 
 
+# Written before a module changes a daemon's configuration, removed by the role's handler once
+# the daemon has restarted: a run interrupted in between leaves it, and the next run restarts.
+RESTART_PENDING_NOTE = (
+    "a restart that an interrupted earlier run left pending (%s): the daemon may still run the "
+    "configuration from before that run"
+)
+
+
+def mark_restart_pending(module, path, files):
+    """Record, before writing ``files``, that the daemon must restart (no-op for an empty path)."""
+    if path:
+        write_atomic(module, path, json.dumps({"files": list(files)}, sort_keys=True) + "\n")
+
+
 def read_record(module, path):
     """The module's record (a dict), or None when there is none or it cannot be read."""
     if not path or not os.path.isfile(path):

@@ -60,6 +60,7 @@ ARGUMENT_SPEC = dict(
     validate_only=dict(type="bool", default=False),
     without_pyyaml=dict(type="str", default="fail", choices=["fail", "report"]),
     backup=dict(type="bool", default=True),
+    restart_marker=dict(type="str", default=""),
 )
 
 
@@ -236,6 +237,11 @@ def decide(p, node, diff=False):
         self_labels={},
     )
     problems = input_problems(p, flavor)
+    if p.get("restart_marker") and not os.path.isabs(p["restart_marker"]):
+        problems.append(
+            "restart_marker: %r must be an absolute path (or empty to keep no marker)"
+            % p["restart_marker"]
+        )
     release = check_version(p, node, flavor, result, problems)
     if release is not None:
         result["kubelet_version"] = "%d.%d" % release
@@ -295,6 +301,10 @@ def decide(p, node, diff=False):
 
     result["files"] = [plan["path"] for plan in plans]
     result["changed"] = result["restart_needed"] = bool(plans)
+    marker = p.get("restart_marker")
+    if marker and not plans and result["kubelet_found"] and node.exists(marker):
+        # An earlier run changed the files and was interrupted before the kubelet restarted.
+        result.update(changed=True, restart_needed=True, restart_pending=True)
     if diff:
         result["diff"] = redact_diff(
             [

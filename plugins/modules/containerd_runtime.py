@@ -121,6 +121,15 @@ options:
       - An empty string keeps no record.
     type: str
     default: /etc/ansible/facts.d/kubegpu_containerd.fact
+  restart_marker:
+    description:
+      - A file the module writes before it changes either file, for the caller to remove once
+        containerd has restarted. While it exists, a run with nothing to change still returns
+        C(changed) and C(restart_required) (with C(restart_pending)), so a restart that an
+        interrupted run never made is made by the next one.
+      - An empty string keeps no marker.
+    type: str
+    default: ""
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -227,6 +236,10 @@ toml_parser:
   description: Which TOML reader ran (C(tomllib), C(toml) or C(builtin)); on the controller when the action plugin answered (see the notes).
   returned: always
   type: str
+restart_pending:
+  description: True when nothing changed but O(restart_marker) says a restart is still owed.
+  returned: when a restart is pending
+  type: bool
 removal:
   description: With O(state=absent), what was done with the main config and why.
   returned: when O(state=absent)
@@ -240,6 +253,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.gpu.plugins.module_utils.redact import redact_diff
 from ansible_collections.kubegpu.gpu.plugins.module_utils.files import (
+    RESTART_PENDING_NOTE,
+    mark_restart_pending,
     read_record,
     write_atomic,
     write_record,
@@ -384,6 +399,9 @@ def main():
             )
         result["diff"] = redact_diff(diffs)
     if not changed:
+        if p["restart_marker"] and os.path.exists(p["restart_marker"]):
+            result.update(changed=True, restart_required=True, restart_pending=True)
+            module.warn(RESTART_PENDING_NOTE % p["restart_marker"])
         module.exit_json(**result)
     record = read_record(module, p["record_path"])
 
@@ -425,6 +443,8 @@ def main():
         module.exit_json(**result)
 
     try:
+        changing = [drop_in_path] * drop_in_changed + [p["config_path"]] * config_changed
+        mark_restart_pending(module, p["restart_marker"], changing)
         if drop_in_changed:
             if not os.path.isdir(p["drop_in_dir"]):
                 os.makedirs(p["drop_in_dir"], 0o755)

@@ -137,6 +137,16 @@ options:
       - Keep a timestamped copy of each file before changing it.
     type: bool
     default: true
+  restart_marker:
+    description:
+      - A file the module writes before it changes the kubelet's files (when a kubelet is
+        installed), for the caller to remove once the kubelet has restarted. While it exists, a
+        run with nothing to change still returns C(changed) and C(restart_needed) (with
+        C(restart_pending)), so a restart that an interrupted run never made is made by the
+        next one.
+      - An empty string keeps no marker.
+    type: str
+    default: ""
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -256,6 +266,10 @@ restart_needed:
   returned: always
   type: bool
   sample: true
+restart_pending:
+  description: True when nothing changed but O(restart_marker) says a restart is still owed.
+  returned: when a restart is pending
+  type: bool
 backup_files:
   description: Backup copies made, one per changed file that existed.
   returned: always
@@ -276,7 +290,10 @@ self_labels:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubegpu.gpu.plugins.module_utils.files import write_atomic
+from ansible_collections.kubegpu.gpu.plugins.module_utils.files import (
+    mark_restart_pending,
+    write_atomic,
+)
 from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet_node import (
     ARGUMENT_SPEC,
     LocalNode,
@@ -295,6 +312,8 @@ def main():
     if module.check_mode:
         module.exit_json(**result)
 
+    if plans and result["kubelet_found"]:
+        mark_restart_pending(module, module.params["restart_marker"], result["files"])
     for plan in plans:
         path = plan["path"]
         directory = os.path.dirname(path)

@@ -153,7 +153,9 @@ class Node:
         assert proc.returncode == 0, f"{command}: {proc.stdout}{proc.stderr}"
         return proc.stdout
 
-    def play(self, *extra: str, text: str = RUNTIME_PLAY, **extra_vars: str) -> dict[str, Any]:
+    def play(
+        self, *extra: str, text: str = RUNTIME_PLAY, ok: bool = True, **extra_vars: str
+    ) -> dict[str, Any]:
         path = self.folder / "play.yml"
         path.write_text(text)
         env = dict(
@@ -181,7 +183,8 @@ class Node:
             for r in t["hosts"].values()
             if r.get("failed") or r.get("unreachable")
         ]
-        assert proc.returncode == 0, "\n".join(failed) or (proc.stdout + proc.stderr)[-3000:]
+        if ok:
+            assert proc.returncode == 0, "\n".join(failed) or (proc.stdout + proc.stderr)[-3000:]
         return data
 
     def task(self, data: dict[str, Any], name: str) -> dict[str, Any]:
@@ -345,6 +348,39 @@ def test_rewritten_main_config_gets_only_its_imports_line_back(
     assert node.changed(again) == 0
     record = json.loads(node.ok("cat /etc/ansible/facts.d/kubegpu_containerd.fact"))
     assert (record["import_added"], record["imports_line_added"]) == (True, False)
+
+
+# The run stops for the host after the role, before the handlers run at the end of the play's
+# tasks: what a run cut off between the configuration's write and the restart leaves.
+CUT_OFF_PLAY = (
+    RUNTIME_PLAY
+    + """  tasks:
+    - name: Stop the run for this host before the handlers run
+      ansible.builtin.fail:
+        msg: cut off before the handlers
+"""
+)
+
+
+def test_a_restart_cut_off_by_an_interrupted_run_is_made_by_the_next(
+    suite_node: Node, wired: dict[str, Any]
+) -> None:
+    node = suite_node
+    pid = node.pid()
+    cut = node.play(text=CUT_OFF_PLAY, ok=False, container_runtime_default_runtime="true")
+    assert node.task(cut, MODULE_TASK)["changed"]
+    assert node.pid() == pid  # containerd still runs the configuration from before
+    assert node.ssh("test -e /var/lib/kubegpu/restart-pending/containerd.json").returncode == 0
+    # The same settings again: nothing left to write, and the restart is made.
+    again = node.play(container_runtime_default_runtime="true")
+    result = node.task(again, MODULE_TASK)
+    assert result["restart_pending"] and not result["drop_in_changed"], result
+    assert node.pid() != pid
+    assert node.ssh("test -e /var/lib/kubegpu/restart-pending/containerd.json").returncode == 1
+    assert node.changed(node.play(container_runtime_default_runtime="true")) == 0
+    # Back to the module's default for what follows.
+    node.play()
+    assert node.changed(node.play()) == 0
 
 
 UNDO_PLAY = """

@@ -264,6 +264,33 @@ def test_diff_never_shows_registry_credentials(etc: Path, containerd: str, capsy
     assert 'password = "<redacted>"' in result["diff"][0]["before"]
 
 
+def test_a_restart_is_owed_until_the_handler_clears_its_marker(
+    etc: Path, containerd: str, capsys
+) -> None:
+    """The marker is written before either file changes; while it is there (the run was
+    interrupted before the role's handler restarted containerd), a run with nothing to write
+    still says changed and restart_required."""
+    (etc / "config.toml").write_text(DEBIAN_PACKAGE_CONFIG.read_text())
+    marker = etc / "restart-pending" / "containerd.json"
+    args = args_for(etc, containerd, restart_marker=str(marker))
+    first = run_module(args, capsys)
+    assert first["changed"] and first["restart_required"]
+    assert json.loads(marker.read_text()) == {
+        "files": [first["drop_in_path"], str(etc / "config.toml")]
+    }
+    owed = run_module(args, capsys)
+    assert owed["changed"] and owed["restart_required"] and owed["restart_pending"]
+    assert not owed["config_changed"] and not owed["drop_in_changed"]
+    marker.unlink()  # what the handler does after the restart
+    settled = run_module(args, capsys)
+    assert settled["changed"] is False and not marker.exists()
+    refused = run_module(dict(args, restart_marker="pending.json"), capsys)
+    assert (
+        refused["failed"]
+        and "restart_marker 'pending.json' must be an absolute path" in (refused["msg"])
+    )
+
+
 def test_without_a_main_config_a_minimal_one_is_created(etc: Path, containerd: str, capsys) -> None:
     result = run_module(args_for(etc, containerd), capsys)
     assert result["changed"] and result["backup_files"] == []

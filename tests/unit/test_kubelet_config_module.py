@@ -256,6 +256,38 @@ def test_k3s_diff_never_shows_the_token(repo_root: Path, tmp_path: Path) -> None
     assert "K10secret-join-token" in config.read_text()  # check mode: the file is untouched
 
 
+def test_a_restart_is_owed_until_the_handler_clears_its_marker(
+    repo_root: Path, kubeadm_files: dict, tmp_path: Path
+) -> None:
+    """A run interrupted between the files' write and the kubelet's restart (the handler never
+    ran): the marker written before the write stays, and the next run, with nothing left to
+    write, still says changed and restart_needed, so the role's handler restarts the kubelet."""
+    marker = tmp_path / "restart-pending" / "kubelet.json"
+    kubelet = tmp_path / "kubelet"  # prints what a kubelet 1.35 prints for --version
+    kubelet.write_text("#!/bin/sh\necho 'Kubernetes v1.35.2'\n")
+    kubelet.chmod(0o755)
+    args = dict(ARGS, binary=str(kubelet), restart_marker=str(marker), **kubeadm_files)
+    first = run_module(repo_root, args)
+    assert first["changed"] and first["restart_needed"] and first["kubelet_found"]
+    assert json.loads(marker.read_text()) == {"files": first["files"]}
+    owed = run_module(repo_root, args)
+    assert owed["changed"] and owed["restart_needed"] and owed["restart_pending"]
+    assert owed["files"] == []
+    marker.unlink()  # what the handler does once the kubelet has restarted
+    settled = run_module(repo_root, args)
+    assert settled["changed"] is False and "restart_pending" not in settled
+    assert not marker.exists()
+    # No kubelet on the host: nothing to restart, so no marker.
+    other = tmp_path / "other"
+    other.mkdir()
+    fresh = {k: str(other / Path(v).name) for k, v in kubeadm_files.items()}
+    Path(fresh["config_path"]).write_text(KUBEADM_CONFIG)
+    args = dict(ARGS, binary="/nonexistent/kubelet", restart_marker=str(marker), **fresh)
+    nothing = run_module(repo_root, args)
+    assert nothing["changed"] is True and nothing["kubelet_found"] is False, nothing
+    assert not marker.exists()
+
+
 def test_kubeadm_drop_in_directory(repo_root: Path, kubeadm_files: dict, tmp_path: Path) -> None:
     dropins = tmp_path / "kubelet.conf.d"
     args = dict(ARGS, kubelet_version="1.33", config_dir=str(dropins), **kubeadm_files)
