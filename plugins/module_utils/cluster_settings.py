@@ -127,12 +127,16 @@ SHARING_RESOURCE_KEYS = ("name", "replicas", "rename", "devices")
 QUOTA_KEYS = ("namespace", "gpus", "max_per_container", "resource", "hard")
 
 
-_CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-_IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_IMAGE_PATH = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$")
-_REGISTRY = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._/-]+)?$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|\u00b5s|ms|s|m|h))+$")
+# Each matched against the whole text (fullmatch), never with "$", which lets "v0.20.0\n" through.
+_CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+_IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_IMAGE_PATH = re.compile(r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*")
+_REGISTRY = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._/-]+)?")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_DURATION = re.compile(r"([0-9]+(\.[0-9]+)?(ns|us|\u00b5s|ms|s|m|h))+")
+# An image's name (registry/path) is at most 255 characters (NameTotalLengthMax of
+# distribution/reference, which containerd and the kubelet parse image references with).
+_IMAGE_NAME_MAX = 255
 
 
 class _Errors:
@@ -486,12 +490,18 @@ def validate_config(config):
     if isinstance(registry, str):
         registry = registry.rstrip("/")
         cfg["image_registry"] = registry
-    if not isinstance(registry, str) or not _REGISTRY.match(registry) or "://" in registry:
+    if (
+        not isinstance(registry, str)
+        or not _REGISTRY.fullmatch(registry)
+        or "://" in registry
+        or len(registry) >= _IMAGE_NAME_MAX
+    ):
         errors.add(
             "image_registry",
-            "%r is not a registry host[:port][/path] (no scheme), "
-            "e.g. registry.example.internal:5000/mirror" % (registry,),
+            "%r is not a registry host[:port][/path] (no scheme, shorter than %d characters), "
+            "e.g. registry.example.internal:5000/mirror" % (registry, _IMAGE_NAME_MAX),
         )
+        registry = ""
     _check_choice(errors, "image_pull_policy", cfg["image_pull_policy"], PULL_POLICIES)
     secrets = cfg["image_pull_secrets"]
     if not isinstance(secrets, list) or not all(is_dns_subdomain(s) for s in secrets):
@@ -502,20 +512,26 @@ def validate_config(config):
             cfg[component + "_version"],
             cfg[component + "_digest"],
         )
-        if not isinstance(image, str) or not _IMAGE_PATH.match(image):
+        if not isinstance(image, str) or not _IMAGE_PATH.fullmatch(image):
             errors.add(
                 component + "_image",
                 "%r is not an image path within the registry, "
                 "e.g. nvidia/k8s-device-plugin" % (image,),
             )
-        if not isinstance(version, str) or not _IMAGE_TAG.match(version):
+        elif len(registry) + 1 + len(image) > _IMAGE_NAME_MAX:
+            errors.add(
+                component + "_image",
+                "%r is too long: the image name (registry/path) has %d characters, at most "
+                "%d are allowed" % (image, len(registry) + 1 + len(image), _IMAGE_NAME_MAX),
+            )
+        if not isinstance(version, str) or not _IMAGE_TAG.fullmatch(version):
             errors.add(
                 component + "_version",
                 "%r is not an image tag (pin one, e.g. v0.20.0)" % (version,),
             )
         elif version == "latest":
             errors.add(component + "_version", "'latest' is not a pin; give a released tag")
-        if digest and (not isinstance(digest, str) or not _DIGEST.match(digest)):
+        if digest and (not isinstance(digest, str) or not _DIGEST.fullmatch(digest)):
             errors.add(
                 component + "_digest", "%r is not empty or sha256:<64 hex digits>" % (digest,)
             )
@@ -546,7 +562,7 @@ def validate_config(config):
     default_name = cfg["device_plugin_default_config"]
     if (
         not isinstance(default_name, str)
-        or not _CONFIGMAP_KEY.match(default_name)
+        or not _CONFIGMAP_KEY.fullmatch(default_name)
         or label_value_error(default_name)
     ):
         errors.add(
@@ -566,7 +582,7 @@ def validate_config(config):
         cvar = "device_plugin_configs.%s." % cname
         if (
             not isinstance(cname, str)
-            or not _CONFIGMAP_KEY.match(cname)
+            or not _CONFIGMAP_KEY.fullmatch(cname)
             or label_value_error(cname)
         ):
             errors.add(
@@ -612,7 +628,7 @@ def validate_config(config):
         )
 
     for var in ("gfd_sleep_interval", "dcgm_exporter_service_monitor_interval"):
-        if not isinstance(cfg[var], str) or not _DURATION.match(cfg[var]):
+        if not isinstance(cfg[var], str) or not _DURATION.fullmatch(cfg[var]):
             errors.add(var, "%r is not a duration like 60s, 5m or 1h30m" % (cfg[var],))
 
     if not is_dns_subdomain(cfg["runtime_class_name"]):

@@ -397,7 +397,7 @@ def _go_segment_regex(segment):
 
 def go_match(pattern, path):
     """Whether `path` matches `pattern` as Go's filepath.Match does ('*' never crosses '/')."""
-    return re.match("^" + _go_segment_regex(pattern) + "$", path) is not None
+    return re.fullmatch(_go_segment_regex(pattern), path) is not None
 
 
 def resolve_import(entry, main_path):

@@ -35,7 +35,8 @@ ARGUMENT_SPEC = dict(
 BINARY_DIRS = ["/usr/local/bin", "/usr/bin"]
 # The environment of the containerd commands the module runs.
 COMMAND_ENVIRONMENT = {"LC_ALL": "C", "LANG": "C"}
-RUNTIME_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Matched against the whole name (fullmatch): "$" would let "nvidia\n" through.
+RUNTIME_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def initial_result(params):
@@ -55,19 +56,19 @@ def initial_result(params):
 def param_problem(params):
     """The message for the first parameter the module refuses (state=absent uses only
     record_path), or None."""
-    if params["record_path"] and not os.path.isabs(params["record_path"]):
     if params.get("restart_marker") and not os.path.isabs(params["restart_marker"]):
         return (
             "restart_marker %r must be an absolute path (or empty to keep no marker)"
             % params["restart_marker"]
         )
+    if params["record_path"] and not os.path.isabs(params["record_path"]):
         return (
             "record_path %r must be an absolute path (or empty to keep no record)"
             % params["record_path"]
         )
     if params["state"] == "absent":
         return None
-    if not RUNTIME_NAME.match(params["runtime_name"]):
+    if not RUNTIME_NAME.fullmatch(params["runtime_name"]):
         return (
             "runtime_name %r is not a valid RuntimeClass handler: lowercase letters, digits and "
             "'-', starting and ending with a letter or digit, at most 63 characters"

@@ -16,7 +16,8 @@ _LISTS = ("types", "uris", "suites", "components", "architectures")
 _STRINGS = ("name", "signed_by")
 _BOOLS = ("enabled",)
 _FIELD_NAMES = {"name": "X-Repolib-Name", "uris": "URIs"}
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+# Matched against the whole name (fullmatch).
+_SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
 class Deb822Error(ValueError):
@@ -42,7 +43,7 @@ def deb822_source(options):
     missing = [key for key in _REQUIRED if not options.get(key)]
     if missing:
         raise Deb822Error("deb822_source: %s must be given and not empty" % ", ".join(missing))
-    if not _SLUG.match(str(options["name"])):
+    if not _SLUG.fullmatch(str(options["name"])):
         raise Deb822Error(
             "deb822_source: name is %r; it names the file, so it is lower-case letters, digits "
             "and '-'" % (options["name"],)

@@ -22,9 +22,10 @@ __metaclass__ = type
 
 # --- quantities ----------------------------------------------------------------------------------
 
+# Matched against the whole text (fullmatch): a "$" would let a trailing line break through.
 _QUANTITY = re.compile(
-    r"^(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-    r"(?P<suffix>[eE][+-]?[0-9]+|[KMGTPE]i|[mkMGTPE]|)$"
+    r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?P<suffix>[eE][+-]?[0-9]+|[KMGTPE]i|[mkMGTPE]|)"
 )
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -52,13 +53,17 @@ def parse_quantity(text):
             '%r is a %s, not a string: write quantities quoted, e.g. "%s"'
             % (text, type(text).__name__, text)
         )
-    match = _QUANTITY.match(text)
+    match = _QUANTITY.fullmatch(text)
     if not match:
         raise ValueError(
             "%r is not a Kubernetes quantity (a number with an optional suffix: m, k, M, G, T, "
             "P, E, Ki, Mi, Gi, Ti, Pi, Ei or an exponent like e3)" % text
         )
-    number = Fraction(match.group("number"))
+    try:
+        number = Fraction(match.group("number"))
+    except ValueError:
+        # int() refuses a text of over 4300 digits, far beyond the 2^63-1 Kubernetes caps at.
+        raise ValueError("%r has too many digits for a Kubernetes quantity" % (text,)) from None
     if match.group("sign") == "-":
         number = -number
     suffix = match.group("suffix")
@@ -94,17 +99,18 @@ def whole_quantity_error(value, what):
 
 # --- names ---------------------------------------------------------------------------------------
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+# Each matched against the whole text (fullmatch), never with "$", which lets "name\n" through.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 def is_dns_label(name):
-    return isinstance(name, str) and len(name) <= 63 and bool(_DNS_LABEL.match(name))
+    return isinstance(name, str) and len(name) <= 63 and bool(_DNS_LABEL.fullmatch(name))
 
 
 def is_dns_subdomain(name):
-    return isinstance(name, str) and len(name) <= 253 and bool(_DNS_SUBDOMAIN.match(name))
+    return isinstance(name, str) and len(name) <= 253 and bool(_DNS_SUBDOMAIN.fullmatch(name))
 
 
 def qualified_name_error(key):
@@ -117,7 +123,7 @@ def qualified_name_error(key):
             prefix,
             key,
         )
-    if len(name) > 63 or not _NAME_PART.match(name):
+    if len(name) > 63 or not _NAME_PART.fullmatch(name):
         return (
             "name part %r of %r must be 1-63 characters, alphanumeric at both ends, with "
             "'-', '_', '.' inside" % (name, key)
@@ -129,7 +135,7 @@ def label_value_error(value):
     if not isinstance(value, str):
         text = str(value).lower() if isinstance(value, bool) else str(value)
         return '%r is a %s, not a string: quote it ("%s")' % (value, type(value).__name__, text)
-    if value and (len(value) > 63 or not _NAME_PART.match(value)):
+    if value and (len(value) > 63 or not _NAME_PART.fullmatch(value)):
         return (
             "%r must be empty or 1-63 characters, alphanumeric at both ends, with '-', '_', "
             "'.' inside" % value
@@ -160,11 +166,14 @@ def is_int(value):
 
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
+# ASCII digits only (str.isdigit() and int() also take fullwidth and other scripts' digits), and
+# no more than an int64 holds (int() refuses a text of over 4300 digits).
+_DIGITS = re.compile(r"[0-9]{1,18}")
 
 
 def coerce_int(value):
     """Digits given as text (extra vars on the command line are text) become an int."""
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
         return int(value.strip())
     return value
 

@@ -93,7 +93,9 @@ def _build_table():
 FEATURE_GATES = _build_table()
 
 
-_USER_VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+][0-9A-Za-z.+-]*)?\s*$")
+# A version as a person writes it, matched against the whole text (fullmatch), in ASCII digits
+# ("\d" takes fullwidth and other scripts' digits too); major and minor of at most three digits.
+_USER_VERSION_RE = re.compile(r"v?([0-9]{1,3})\.([0-9]{1,3})(?:\.[0-9]+)?(?:[-+][0-9A-Za-z.+-]*)?")
 _PRINTED_VERSION_RE = re.compile(
     r"(?<![\w.])v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+][0-9A-Za-z.+-]*)?(?![\w.])"
 )
@@ -108,8 +110,7 @@ def parse_kubernetes_version(text, printed=False):
     """
     if text is None:
         return None
-    pattern = _PRINTED_VERSION_RE if printed else _USER_VERSION_RE
-    m = pattern.search(str(text))
+    m = _PRINTED_VERSION_RE.search(str(text)) if printed else _USER_VERSION_RE.fullmatch(str(text))
     if not m:
         return None
     return (int(m.group(1)), int(m.group(2)))
@@ -250,7 +251,8 @@ def _check_gate(name, value, release):
 
 KUBELET_CONFIG_API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KUBELET_CONFIG_KIND = "KubeletConfiguration"
-_FIELD_RE = re.compile(r"^[a-z][A-Za-z0-9]*$")
+# Matched against the whole name (fullmatch).
+_FIELD_RE = re.compile(r"[a-z][A-Za-z0-9]*")
 
 
 def validate_settings(settings):
@@ -274,7 +276,7 @@ def validate_settings(settings):
                 "settings: put feature gates in feature_gates, not settings.featureGates, so "
                 "that they are checked against the kubelet's version"
             )
-        elif not isinstance(key, str) or not _FIELD_RE.match(key):
+        elif not isinstance(key, str) or not _FIELD_RE.fullmatch(key):
             camel = re.sub(r"[_-]([a-z0-9])", lambda m: m.group(1).upper(), str(key))
             messages.append(
                 "settings: %r is not a KubeletConfiguration field name; fields are camelCase, "

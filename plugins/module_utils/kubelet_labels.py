@@ -50,9 +50,11 @@ KUBELET_ALLOWED_LABELS = (
 KUBELET_ALLOWED_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
 _RESTRICTED_NAMESPACES = ("kubernetes.io", "k8s.io")
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+# Each matched against the whole text (fullmatch): with "$", "true\n" would pass, and the line
+# break would reach KUBELET_EXTRA_ARGS.
+_NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_SUBDOMAIN_RE = re.compile(r"^%s(\.%s)*$" % (_DNS_LABEL, _DNS_LABEL))
+_SUBDOMAIN_RE = re.compile(r"%s(\.%s)*" % (_DNS_LABEL, _DNS_LABEL))
 _NAME_RULE = (
     "63 characters or fewer, start and end with a letter or digit, and contain only letters, "
     "digits, '-', '_' and '.'"
@@ -99,13 +101,13 @@ def _key_problems(key, where):
         return [bad + "it may hold at most one '/', between the prefix and the name"]
     prefix, _, name = key.rpartition("/")
     problems = []
-    if "/" in key and (not prefix or len(prefix) > 253 or not _SUBDOMAIN_RE.match(prefix)):
+    if "/" in key and (not prefix or len(prefix) > 253 or not _SUBDOMAIN_RE.fullmatch(prefix)):
         problems.append(
             bad + "the prefix %r must be a DNS subdomain (lowercase letters, digits, '-' and "
             "'.', each part starting and ending with a letter or digit, at most 253 "
             "characters)" % prefix
         )
-    if not name or len(name) > 63 or not _NAME_RE.match(name):
+    if not name or len(name) > 63 or not _NAME_RE.fullmatch(name):
         problems.append(bad + "the name %r must be %s" % (name, _NAME_RULE))
     return problems
 
@@ -116,7 +118,7 @@ def _value_problems(value, where, kind="label"):
             '%s must be a string, got %r (%s); quote it in YAML, for example "%s"'
             % (where, value, type(value).__name__, _yaml_scalar_text(value))
         ]
-    if value == "" or (len(value) <= 63 and _NAME_RE.match(value)):
+    if value == "" or (len(value) <= 63 and _NAME_RE.fullmatch(value)):
         return []
     suggestion = sanitize_label_value(value)
     hint = "; for example %r" % suggestion if suggestion and suggestion != value else ""

@@ -172,7 +172,7 @@ def parse_hex_id(value):
     text = str(value).strip().lower()
     if text.startswith("0x"):
         text = text[2:]
-    if not re.match(r"^[0-9a-f]{1,8}$", text):
+    if not re.fullmatch(r"[0-9a-f]{1,8}", text):
         raise DriverInputError("%r is not a PCI id (hexadecimal, such as 0x2330)" % (value,))
     number = int(text, 16)
     # nvidia-smi prints pci.device_id as 0xDDDDVVVV: device id in the high half, vendor low.

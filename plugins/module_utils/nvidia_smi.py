@@ -614,8 +614,10 @@ def parse_proc_version(text):
 
 
 def version_tuple(version):
-    """'550.144.03' -> (550, 144, 3); None for anything that is not dotted numbers."""
-    if not version or not re.match(r"^\d+(\.\d+)*$", version):
+    """'550.144.03' -> (550, 144, 3); None for anything that is not dotted numbers: the whole
+    text, ASCII digits, at most nine in a part (it also checks gpu_node_readiness' driver_branch
+    option)."""
+    if not version or not re.fullmatch(r"[0-9]{1,9}(\.[0-9]{1,9})*", version):
         return None
     return tuple(int(part) for part in version.split("."))
 

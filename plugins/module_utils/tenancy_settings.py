@@ -55,7 +55,8 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # for MIG devices; a MIG resource is nvidia.com/mig-<profile>.
 SHARED_SUFFIX = "-SHARED"
 MIG_INFIX = "-MIG-"
-MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(?P<profile>.+)$")
+# Matched against the whole text (fullmatch): "$" would let a trailing line break through.
+MIG_RESOURCE = re.compile(r"nvidia\.com/mig-(?P<profile>.+)")
 
 # Every gpu_tenancy_* variable and its default (roles/gpu_tenancy/defaults/main.yml holds the
 # same values; a unit test keeps the two in step).
@@ -193,7 +194,10 @@ KNOWN_GPU_PRODUCTS = (
     "Tesla-V100-SXM2-16GB",
     "Tesla-V100-SXM2-32GB",
 )
-_MIG_PROFILE = re.compile(r"^[0-9]+(c\.[0-9]+)?g\.[0-9]+gb([.-][a-z0-9]+)*$")
+# Matched with fullmatch, as MIG_RESOURCE is.
+_MIG_PROFILE = re.compile(r"[0-9]+(c\.[0-9]+)?g\.[0-9]+gb([.-][a-z0-9]+)*")
+_POD_SECURITY_VERSION = re.compile(r"latest|v1\.[0-9]+")
+_PROMETHEUS_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
 # --- validation ----------------------------------------------------------------------------------
@@ -238,7 +242,7 @@ def gpu_product_error(value, known=KNOWN_GPU_PRODUCTS):
         base = base[: -len(SHARED_SUFFIX)]
     if MIG_INFIX in base:
         base, _, profile = base.partition(MIG_INFIX)
-        if not _MIG_PROFILE.match(profile):
+        if not _MIG_PROFILE.fullmatch(profile):
             return "%r: %r is not a MIG profile (like 1g.10gb, 3g.40gb, 1c.3g.40gb)" % (
                 value,
                 profile,
@@ -623,8 +627,12 @@ def validate_settings(config):
 
     _check_str(errors, "kube_context", settings["kube_context"], allow_empty=True)
     _check_str(errors, "field_manager", settings["field_manager"])
-    if not isinstance(settings["pod_security_version"], str) or not re.match(
-        r"^(latest|v1\.[0-9]+)$", settings["pod_security_version"]
+    # A namespace label's value (pod-security.kubernetes.io/enforce-version), so at most 63
+    # characters.
+    if (
+        not isinstance(settings["pod_security_version"], str)
+        or not _POD_SECURITY_VERSION.fullmatch(settings["pod_security_version"])
+        or label_value_error(settings["pod_security_version"])
     ):
         errors.add(
             "pod_security_version",
@@ -704,14 +712,14 @@ def validate_settings(config):
         error = extended_resource_error(settings[key])
         if error:
             errors.add(key, error)
-    if not MIG_RESOURCE.match(str(settings["workload_mig_resource"])):
+    if not MIG_RESOURCE.fullmatch(str(settings["workload_mig_resource"])):
         errors.add(
             "workload_mig_resource",
             "%r is not a MIG resource (nvidia.com/mig-<profile>, "
             "advertised with the mixed MIG strategy)" % (settings["workload_mig_resource"],),
         )
-    elif not _MIG_PROFILE.match(
-        MIG_RESOURCE.match(settings["workload_mig_resource"]).group("profile")
+    elif not _MIG_PROFILE.fullmatch(
+        MIG_RESOURCE.fullmatch(settings["workload_mig_resource"]).group("profile")
     ):
         errors.add(
             "workload_mig_resource",
@@ -741,9 +749,9 @@ def validate_settings(config):
     settings["monitoring_dashboard_annotations"] = _check_annotations(
         errors, "monitoring_dashboard_annotations", settings["monitoring_dashboard_annotations"]
     )
-    if not isinstance(settings["monitoring_namespace_label"], str) or not re.match(
-        r"^[a-zA-Z_][a-zA-Z0-9_]*$", settings["monitoring_namespace_label"]
-    ):
+    if not isinstance(
+        settings["monitoring_namespace_label"], str
+    ) or not _PROMETHEUS_LABEL.fullmatch(settings["monitoring_namespace_label"]):
         errors.add(
             "monitoring_namespace_label",
             "%r is not a Prometheus label name" % (settings["monitoring_namespace_label"],),

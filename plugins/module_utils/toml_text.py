@@ -152,7 +152,7 @@ class Reader:
         if c in ("u", "U"):
             n = 4 if c == "u" else 8
             digits = self.s[self.i + 1 : self.i + 1 + n]
-            if len(digits) != n or not re.match(r"^[0-9A-Fa-f]+$", digits):
+            if len(digits) != n or not re.fullmatch(r"[0-9A-Fa-f]+", digits):
                 raise self.error("bad unicode escape")
             self.i += 1 + n
             return chr(int(digits, 16))
@@ -394,11 +394,13 @@ def parser_name():
 
 # --- writing --------------------------------------------------------------------------------
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+# Matched against the whole key (fullmatch): with "$", "a\n" would be written bare, its line
+# break starting a new line of the file.
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def quote_key(key):
-    if _BARE_KEY.match(key):
+    if _BARE_KEY.fullmatch(key):
         return key
     return quote_string(key)
 

@@ -386,7 +386,7 @@ def pytorch_mig(settings, namespace, name="pytorch-mig"):
     """One MIG slice (mixed strategy: nvidia.com/mig-<profile>; GFD keys the slice's labels by
     that resource name, so the product affinity is on nvidia.com/mig-<profile>.product)."""
     resource = settings["workload_mig_resource"]
-    profile = MIG_RESOURCE.match(resource).group("profile")
+    profile = MIG_RESOURCE.fullmatch(resource).group("profile")
     products = ["%s-MIG-%s" % (p, profile) for p in settings["workload_gpu_products"]]
     container = _container(
         settings,

@@ -192,6 +192,7 @@ ansible_facts:
 
 import json
 import os
+import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.gpu.plugins.module_utils.node_readiness import (
@@ -270,7 +271,7 @@ def recorded_branch(host_root):
     except (OSError, ValueError):
         return None
     branch = record.get("branch") if isinstance(record, dict) else None
-    return branch if isinstance(branch, str) and branch.isdigit() else None
+    return branch if isinstance(branch, str) and re.fullmatch(r"[0-9]+", branch) else None
 
 
 def main():

@@ -74,6 +74,16 @@ def _version_key(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"[0-9]+", text)[:2])
 
 
+def _parameter_value_ok(value: t.Any) -> bool:
+    """A module parameter's value as /etc/modprobe.d takes it on an options line (the role's
+    validate.yml checks the same): a scalar whose text has no whitespace (a line break would
+    start a line of its own) and no NUL."""
+    if value is None or isinstance(value, (dict, list, tuple, set)):
+        return False
+    text = str(value)
+    return bool(text) and not re.search(r"[\s\x00]", text)
+
+
 def format_problems(role: str, given: dict[str, t.Any], rules: t.Mapping[str, t.Any]) -> list[str]:
     """The formats a value must have whatever the host (the same rules as the role's
     validate.yml, which checks them again where the role runs alone)."""
@@ -117,6 +127,21 @@ def format_problems(role: str, given: dict[str, t.Any], rules: t.Mapping[str, t.
             problems.append(
                 f"nvidia_driver_module_parameters: {', '.join(bad)} (not a parameter name): each"
                 " parameter name is letters, digits and '_', not starting with a digit"
+            )
+        bad_values = [
+            f"{module}.{name}"
+            for module, params in (parameters.items() if isinstance(parameters, dict) else ())
+            if isinstance(params, dict)
+            for name, value in params.items()
+            if isinstance(name, str)
+            and re.search(rules["__nvidia_driver_parameter_name_regex"], name)
+            and not _parameter_value_ok(value)
+        ]
+        if bad_values:
+            problems.append(
+                f"nvidia_driver_module_parameters: {', '.join(bad_values)} (not a parameter"
+                " value): each value is a number, boolean or non-empty string without spaces,"
+                " line breaks or NUL characters"
             )
     elif role == "cuda_toolkit":
         version = given.get("cuda_toolkit_version")

@@ -61,7 +61,9 @@ def tag_skips(tags: Sequence[str], skip_tags: Sequence[str]) -> dict[str, str]:
 def _check_extra_vars(extra_vars: Mapping[str, Any] | None) -> dict[str, Any]:
     result = dict(extra_vars or {})
     for name in result:
-        if not isinstance(name, str) or not name.isidentifier():
+        # ASCII, as Ansible's own variable names: isidentifier() alone takes other scripts'
+        # letters, and a look-alike name would slip past the secret check below.
+        if not isinstance(name, str) or not name.isascii() or not name.isidentifier():
             raise InputError("extra_vars", f"{name!r} is not a valid variable name")
         if _SECRET_NAME.search(name) and not _SECRET_NAME_OK.search(name):
             raise InputError(
