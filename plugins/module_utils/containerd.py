@@ -582,10 +582,10 @@ def plan(
     (LocalFiles where the module runs; the action plugin answers from its sh script's reads).
     """
     node = node or LocalFiles(tmp_root)
-    if not drop_in_name.endswith(".toml") or "/" in drop_in_name:
+    if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,249}[.]toml", drop_in_name):
         raise ContainerdConfigError(
-            "drop_in_name %r must be a file name ending in .toml (the import glob is <dir>/*.toml)"
-            % drop_in_name
+            "drop_in_name %r must be a file name ending in .toml, of letters, digits, '.', '_' "
+            "and '-' (the import glob is <dir>/*.toml)" % drop_in_name
         )
     if not os.path.isabs(drop_in_dir) or not os.path.isabs(main_path):
         raise ContainerdConfigError("config_path and drop_in_dir must be absolute paths")

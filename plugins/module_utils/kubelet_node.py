@@ -13,6 +13,7 @@ Runs on the target's Python (3.8+) too.
 from __future__ import absolute_import, division, print_function
 
 import os
+import re
 
 from ansible_collections.kubegpu.gpu.plugins.module_utils.redact import redact_diff
 from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet import (
@@ -134,6 +135,11 @@ def default_extra_args_path(node):
     return debian
 
 
+# Matched against the whole value (fullmatch), at most 255 characters per path component.
+_DROPIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,249}[.]conf")
+_CONFIG_DIR = re.compile(r"(/[A-Za-z0-9._-]{1,255})+/?")
+
+
 def input_problems(p, flavor):
     """The problems with the inputs that do not need the kubelet's version."""
     problems = []
@@ -141,10 +147,19 @@ def input_problems(p, flavor):
     problems.extend(validate_node_labels(p["node_labels"]))
     problems.extend(validate_taints(p["node_taints"]))
     name = p["dropin_name"]
-    if not name.endswith(".conf") or "/" in name or name.startswith("."):
+    if not _DROPIN_NAME.fullmatch(name):
         problems.append(
-            "dropin_name: %r must be a plain file name ending in .conf (the kubelet reads only "
-            "*.conf files in its drop-in directory), for example 50-kubegpu.conf" % name
+            "dropin_name: %r must be a plain file name ending in .conf (letters, digits, '.', "
+            "'_' and '-'; the kubelet reads only *.conf files in its drop-in directory), for "
+            "example 50-kubegpu.conf" % name
+        )
+    # It goes into KUBELET_EXTRA_ARGS (--config-dir=...): a line break or a space there would
+    # write another line or another flag into the kubelet's environment file.
+    if p["config_dir"] and not _CONFIG_DIR.fullmatch(p["config_dir"]):
+        problems.append(
+            "config_dir: %r must be an absolute path of letters, digits, '.', '_', '-' and '/' "
+            "(no spaces, line breaks or other characters), for example "
+            "/etc/kubernetes/kubelet.conf.d" % p["config_dir"]
         )
     if flavor != "kubeadm" and p["settings"] and not p["config_dir"]:
         problems.append(

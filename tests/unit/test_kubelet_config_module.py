@@ -162,8 +162,9 @@ def test_bad_inputs_fail_with_every_problem_and_change_nothing(
         "node_taints[0]: effect 'NoScheduel' is not one of NoSchedule, PreferNoSchedule, NoExecute"
     )
     assert problems[4] == (
-        "dropin_name: 'kubegpu.yaml' must be a plain file name ending in .conf (the kubelet reads "
-        "only *.conf files in its drop-in directory), for example 50-kubegpu.conf"
+        "dropin_name: 'kubegpu.yaml' must be a plain file name ending in .conf (letters, digits, "
+        "'.', '_' and '-'; the kubelet reads only *.conf files in its drop-in directory), for "
+        "example 50-kubegpu.conf"
     )
     assert problems[5] == (
         "kubelet_version: not given, and no kubelet binary on this host could tell its version; "

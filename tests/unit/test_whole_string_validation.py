@@ -718,3 +718,60 @@ def test_a_toml_key_that_is_not_all_bare_is_quoted(key: str) -> None:
 
 def test_a_bare_toml_key_stays_bare() -> None:
     assert toml_text.quote_key("nvidia-cdi_2") == "nvidia-cdi_2"
+
+
+# --- what reaches the kubelet's environment file or containerd's import glob -------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("config_dir", "/etc/kubernetes/kubelet.conf.d\nKUBELET_X=1"),
+        ("config_dir", "/etc/kubelet.d --v=9"),
+        ("config_dir", "relative/kubelet.d"),
+        ("config_dir", "/etc/kubelet\x00.d"),
+        ("dropin_name", "50-kubegpu.conf\n"),
+        ("dropin_name", "50 kubegpu.conf"),
+        ("dropin_name", ".hidden.conf"),
+    ],
+)
+def test_kubelet_paths_that_reach_its_files_are_whole_plain_paths(option: str, value: str) -> None:
+    from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet_node import input_problems
+
+    params = {
+        "settings": {},
+        "node_labels": {},
+        "node_taints": [],
+        "dropin_name": "50-kubegpu.conf",
+        "config_dir": "/etc/kubernetes/kubelet.conf.d",
+        option: value,
+    }
+    problems = input_problems(params, "kubeadm")
+    assert len(problems) == 1 and problems[0].startswith(f"{option}: {value!r}"), problems
+    assert (
+        input_problems(
+            dict(params, **{option: {"config_dir": "/etc/k.d", "dropin_name": "a.conf"}[option]}),
+            "kubeadm",
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["99-nvidia.toml\n", "99 nvidia.toml", "../99-nvidia.toml", "x.toml\x00"]
+)
+def test_containerd_drop_in_names_are_whole_plain_file_names(name: str, tmp_path) -> None:
+    from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd as c
+
+    with pytest.raises(c.ContainerdConfigError, match=r"must be a file name ending in \.toml"):
+        c.plan(
+            None,
+            "/usr/bin/containerd",
+            str(tmp_path / "config.toml"),
+            str(tmp_path / "conf.d"),
+            name,
+            "nvidia",
+            "/usr/bin/nvidia-container-runtime",
+            False,
+            tmp_root=str(tmp_path),
+        )
