@@ -49,6 +49,23 @@ PROGRAMS = {
     "etcd": "./cmd/etcd",
 }
 VERSION_PACKAGE = "k8s.io/component-base/version"
+# The kubelets of the older supported releases, for the feature-gate oracle: one module each,
+# src/kubelet-<minor>/ (its go.mod requires k8s.io/kubernetes at that release).
+KUBELET_MODULES = "kubelet-*"
+
+
+def older_kubelets() -> dict[str, tuple[Path, str]]:
+    """'kubelet-1.33' -> (its module folder, its k8s.io/kubernetes version), oldest first."""
+    found = {}
+    for folder in sorted(
+        SRC.glob(KUBELET_MODULES), key=lambda f: [int(x) for x in f.name[8:].split(".")]
+    ):
+        if (folder / "go.mod").is_file():
+            found[folder.name] = (
+                folder,
+                module_version((folder / "go.mod").read_text(), "k8s.io/kubernetes"),
+            )
+    return found
 
 
 class BuildError(RuntimeError):
@@ -96,17 +113,25 @@ def build(cache: Path, gomodcache: Path) -> dict[str, object]:
     etcd = module_version(gomod, "go.etcd.io/etcd/server/v3")
     key = source_key()
     out = cache / f"bin-{kubernetes}-{key}"
+    older = older_kubelets()
+    names = [*PROGRAMS, *older]
+    minor = ".".join(kubernetes[1:].split(".")[:2])
     result = {
         "kubernetes_version": kubernetes,
         "etcd_version": etcd,
-        "bin": {name: str(out / name) for name in PROGRAMS},
+        "bin": {name: str(out / name) for name in names},
+        # release -> (version, kubelet) for every supported minor, the newest being the cluster's
+        "kubelets": {
+            **{name[8:]: [version, str(out / name)] for name, (_, version) in older.items()},
+            minor: [kubernetes, str(out / "kubelet")],
+        },
     }
-    if all((out / name).is_file() for name in PROGRAMS):
+    if all((out / name).is_file() for name in names):
         return result | {"cached": True}
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if all((out / name).is_file() for name in PROGRAMS):
+        if all((out / name).is_file() for name in names):
             return result | {"cached": True}
         go = shutil.which("go")
         if not go:
@@ -134,11 +159,29 @@ def build(cache: Path, gomodcache: Path) -> dict[str, object]:
         ]
         log(f"building Kubernetes {kubernetes} and etcd {etcd} (cold: tens of minutes on 2 cores)")
         started = time.monotonic()
-        proc = subprocess.run(command, cwd=SRC, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            shutil.rmtree(partial, ignore_errors=True)
-            raise BuildError(f"go build failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
-        missing = [name for name in PROGRAMS if not (partial / name).is_file()]
+        builds = [(SRC, command)]
+        for name, (folder, version) in older.items():
+            log(f"then the kubelet of Kubernetes {version}")
+            builds.append(
+                (
+                    folder,
+                    [
+                        *command[:5],
+                        ldflags(version),
+                        "-o",
+                        str(partial / name),
+                        PROGRAMS["kubelet"],
+                    ],
+                )
+            )
+        for folder, argv in builds:
+            proc = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise BuildError(
+                    f"go build in {folder} failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
+                )
+        missing = [name for name in names if not (partial / name).is_file()]
         if missing:
             raise BuildError(f"go build wrote no {', '.join(missing)} in {partial}")
         for old in cache.glob("bin-*"):

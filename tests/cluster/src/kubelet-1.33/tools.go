@@ -1,0 +1,8 @@
+//go:build tools
+
+// Package tools names the kubelet of Kubernetes 1.33, which the feature-gate oracle starts.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kubelet"
+)
