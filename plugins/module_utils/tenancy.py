@@ -117,7 +117,8 @@ def advertised_gpu_resources(nodes):
 
 def quota_hard(tenant, advertised=()):
     """The ResourceQuota's spec.hard for a tenant (quantities as strings): its GPU resources at
-    their counts, every other GPU resource (ALWAYS_CAPPED and those advertised) at 0."""
+    their counts, every other GPU resource (ALWAYS_CAPPED and those advertised) at 0; NodePort
+    and LoadBalancer Services at the tenant's `services` (0 unless given)."""
     hard = {}
     for resource in set(ALWAYS_CAPPED).union(advertised):
         if resource not in tenant["gpus"]:
@@ -132,6 +133,8 @@ def quota_hard(tenant, advertised=()):
             hard["limits." + key] = pair["limits"]
     if tenant["pods"] is not None:
         hard["pods"] = tenant["pods"]
+    for key, count in sorted(tenant.get("services", {}).items()):
+        hard["services." + key] = count
     return hard
 
 

@@ -149,7 +149,11 @@ TENANT_KEYS = (
     "pod_security",
     "container_defaults",
     "adopt_namespace",
+    "services",
 )
+# Services that expose a tenant's pods outside the cluster, capped by the quota ("0" unless the
+# tenant's `services` allows some): a NodePort opens a port on every node.
+SERVICE_KEYS = ("nodeports", "loadbalancers")
 CONTAINER_DEFAULT_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -557,6 +561,24 @@ def _normalize_tenant(errors, index, item, settings, known, seen_names):
         defaults["memory_limit"],
         ("memory_request", "memory_limit %s"),
     )
+    services = {key: "0" for key in SERVICE_KEYS}
+    given = item.get("services")
+    if given is not None and not isinstance(given, dict):
+        errors.add(var + ".services", "must be a mapping with %s" % " and ".join(SERVICE_KEYS))
+    elif given:
+        for key, value in given.items():
+            if key not in SERVICE_KEYS:
+                errors.add(
+                    var + ".services." + str(key),
+                    "unknown key; allowed: %s" % ", ".join(SERVICE_KEYS),
+                )
+                continue
+            value = as_quantity(value)
+            error = whole_quantity_error(value, "Services")
+            if error:
+                errors.add(var + ".services." + key, error)
+            else:
+                services[key] = value
     adopt = coerce_bool(item.get("adopt_namespace", False))
     if not isinstance(adopt, bool):
         errors.add(var + ".adopt_namespace", "%r is not a boolean" % (adopt,))
@@ -574,6 +596,7 @@ def _normalize_tenant(errors, index, item, settings, known, seen_names):
         "pod_security": pod_security,
         "container_defaults": defaults,
         "adopt_namespace": adopt,
+        "services": services,
     }
 
 

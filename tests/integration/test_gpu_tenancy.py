@@ -324,6 +324,8 @@ def _refusal(core: Any, namespace: str, pod: dict[str, Any]) -> str:
 
 def test_the_admission_chain_caps_every_gpu_resource_of_a_tenant(applied: dict[str, Any]) -> None:
     """kube-apiserver's own ResourceQuota, LimitRanger and PodSecurity admission decide."""
+    from kubernetes.client.exceptions import ApiException
+
     core, *_ = api(applied["server"])
     # ResourceQuota admission refuses every pod until the quota controller has written status.
     deadline = time.monotonic() + 60
@@ -352,6 +354,24 @@ def test_the_admission_chain_caps_every_gpu_resource_of_a_tenant(applied: dict[s
     # LimitRanger decides first here: beta's containers may ask for no whole GPU at all.
     whole = _refusal(core, "beta", _tenant_pod("whole", {gpu: "1"}))
     assert f"maximum {gpu} usage per Container is 0" in whole, whole
+    # A Service that would open a port on every node is refused too; a ClusterIP one is not.
+    for kind, expect in (("NodePort", "services.nodeports"), ("ClusterIP", None)):
+        service = {
+            "metadata": {"name": kind.lower()},
+            "spec": {"type": kind, "selector": {"app": "x"}, "ports": [{"port": 80}]},
+        }
+        try:
+            core.create_namespaced_service("alpha", service)
+            refused = ""
+        except ApiException as exc:
+            refused = str(json.loads(exc.body)["message"])
+        if expect:
+            assert f"exceeded quota: {t.QUOTA_NAME}" in refused and f"{expect}=1" in refused, (
+                refused
+            )
+        else:
+            assert refused == ""
+            core.delete_namespaced_service(kind.lower(), "alpha")
     used = raw(core.read_namespaced_resource_quota, t.QUOTA_NAME, "alpha")["status"]["used"]
     assert parse_quantity(used[f"requests.{gpu}"]) == 4
     for ns, names in (("alpha", ("two-a", "two-b")), ("beta", ("slice",))):

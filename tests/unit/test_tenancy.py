@@ -48,6 +48,7 @@ MIG_ONLY = {
     "memory": "128Gi",
     "members": [{"kind": "Group", "name": "inference"}],
     "pod_security": {"level": "baseline", "reason": "vendor image needs NET_BIND_SERVICE"},
+    "services": {"loadbalancers": 1},
 }
 
 
@@ -373,6 +374,9 @@ def test_quota_counts_gpus_mig_shared_cpu_memory_and_pods(rendered: list[dict[st
         "requests.memory": "768Gi",
         "limits.memory": "1Ti",
         "pods": "100",
+        # No Service of the tenant's may open a port on the nodes or take a load balancer.
+        "services.loadbalancers": "0",
+        "services.nodeports": "0",
     }
     lab = [
         m
@@ -388,6 +392,8 @@ def test_quota_counts_gpus_mig_shared_cpu_memory_and_pods(rendered: list[dict[st
         "limits.cpu": "32",
         "requests.memory": "128Gi",
         "limits.memory": "128Gi",
+        "services.loadbalancers": "1",
+        "services.nodeports": "0",
     }
 
 
@@ -657,3 +663,18 @@ def test_objects_already_being_deleted_are_not_deleted_again() -> None:
             manifest["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
     result = t.plan(checked(VISION, prune=True, prune_namespaces=True), [], owned)
     assert result["delete"] == []
+
+
+@pytest.mark.parametrize(
+    ("services", "message"),
+    [
+        ({"nodeport": "1"}, "services.nodeport: unknown key; allowed: nodeports, loadbalancers"),
+        ({"nodeports": "1.5"}, "services.nodeports:"),
+        ("all", "services: must be a mapping with nodeports and loadbalancers"),
+    ],
+)
+def test_service_quotas_are_checked(services: Any, message: str) -> None:
+    _normalized, errors = ts.validate_settings(
+        {"tenants": [{"name": "team", "gpus": {}, "services": services}]}
+    )
+    assert any(message in e for e in errors), errors
