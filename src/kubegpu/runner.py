@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -31,9 +32,50 @@ from kubegpu.result import HostFailure, HostStats, RunResult
 # An inventory file or directory, an inventory as a dict, or several of them (merged in order).
 InventoryArg = str | Path | Mapping[str, Any] | Sequence[str | Path | Mapping[str, Any]]
 
-_SECRET_NAME = re.compile(r"(password|passwd|secret|token|private_key|credential)s?$", re.I)
-# Secret-looking names that are in fact paths to files, which is how secrets should be passed.
-_SECRET_NAME_OK = re.compile(r"(_file|_path)$", re.I)
+# A name looks like a secret's when one of its words (split at _, - and camelCase) is one of
+# these, or "pass" ends it (ansible_become_pass), or two of its words are a private/API/access/
+# secret key. Names whose last word is file, path or dir name where a secret is, which is how
+# secrets should be passed; an image pull secret names a Kubernetes Secret.
+_SECRET_WORDS = frozenset(
+    ("password", "passwd", "passphrase", "secret", "secrets", "token", "credential", "credentials")
+)
+_SECRET_PAIRS = frozenset(
+    (("private", "key"), ("api", "key"), ("access", "key"), ("secret", "key"))
+)
+_PLACE_WORDS = frozenset(("file", "path", "dir"))
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a variable named ``name`` looks like it holds a secret."""
+    words = [w.lower() for w in _WORD.findall(name)]
+    if (
+        not words
+        or words[-1] in _PLACE_WORDS
+        or words[-2:] in (["pull", "secret"], ["pull", "secrets"])
+    ):
+        return False
+    return (
+        words[-1] == "pass"
+        or any(w in _SECRET_WORDS or w.endswith(("token", "password")) for w in words)
+        or bool(set(itertools.pairwise(words)) & _SECRET_PAIRS)
+    )
+
+
+def _secret_names(value: Any, where: str) -> list[str]:
+    """Where in ``value`` (mappings and lists, nested) a secret-looking name has a value."""
+    found = []
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            path = f"{where}.{key}"
+            if isinstance(key, str) and looks_secret(key) and item not in (None, "", {}, []):
+                found.append(path)
+            else:
+                found += _secret_names(item, path)
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found += _secret_names(item, f"{where}[{index}]")
+    return found
 
 
 def _check_tags(variable: str, tags: Iterable[str] | None) -> list[str]:
@@ -65,13 +107,13 @@ def _check_extra_vars(extra_vars: Mapping[str, Any] | None) -> dict[str, Any]:
         # letters, and a look-alike name would slip past the secret check below.
         if not isinstance(name, str) or not name.isascii() or not name.isidentifier():
             raise InputError("extra_vars", f"{name!r} is not a valid variable name")
-        if _SECRET_NAME.search(name) and not _SECRET_NAME_OK.search(name):
-            raise InputError(
-                f"extra_vars.{name}",
-                "looks like a secret; ansible-runner writes extra vars to disk and the command "
-                "line",
-                "pass secrets in inventory files protected by ansible-vault, or as a *_file path",
-            )
+    found = _secret_names(result, "extra_vars")
+    if found:
+        raise InputError(
+            found[0],
+            "looks like a secret; ansible-runner writes extra vars to disk and the command line",
+            "pass secrets in inventory files protected by ansible-vault, or as a *_file path",
+        )
     return result
 
 
@@ -87,6 +129,14 @@ def _prepare_inventory(inventory: InventoryArg, workdir: Path) -> list[str]:
 
 def _one_inventory(inventory: str | Path | Mapping[str, Any], workdir: Path) -> str:
     if isinstance(inventory, Mapping):
+        found = _secret_names(inventory, "inventory")
+        if found:
+            raise InputError(
+                found[0],
+                "looks like a secret; an inventory given as a mapping is written to disk for "
+                "ansible-runner",
+                "pass secrets in inventory files protected by ansible-vault, or as a *_file path",
+            )
         folder = workdir / "inventory"
         folder.mkdir(mode=0o700, exist_ok=True)
         path = folder / f"hosts{len(list(folder.iterdir()))}.json"

@@ -12,6 +12,7 @@ import pytest
 import kubegpu
 from kubegpu import runner
 from kubegpu.content import KNOWN_TAGS, find_content
+from kubegpu.errors import InputError
 from kubegpu.events import Event
 
 PLAYBOOKS = Path(__file__).resolve().parent.parent / "data" / "playbooks"
@@ -239,3 +240,52 @@ def test_known_tags_match_the_playbooks(repo_root: Path) -> None:
                 tags.update(t.strip() for t in inner.split(",") if t.strip())
     assert tags
     assert tags <= KNOWN_TAGS, tags - KNOWN_TAGS
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ansible_become_pass",
+        "ansible_ssh_pass",
+        "ansible_password",
+        "api_key",
+        "aws_secret_access_key",
+        "token_value",
+        "registryToken",
+        "client_secret",
+    ],
+)
+def test_secret_looking_extra_vars_are_refused_nested_too(name: str) -> None:
+    for given, where in (
+        ({name: "x"}, f"extra_vars.{name}"),
+        ({"registry": {"mirrors": [{name: "x"}]}}, f"extra_vars.registry.mirrors[0].{name}"),
+    ):
+        with pytest.raises(InputError) as raised:
+            runner._check_extra_vars(given)
+        assert raised.value.variable == where
+        assert "looks like a secret" in str(raised.value)
+
+
+def test_a_mapping_inventory_with_a_secret_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    inventory = {"all": {"hosts": {"n1": {"ansible_become_pass": "hunter2"}}}}
+    with pytest.raises(InputError) as raised:
+        runner._one_inventory(inventory, tmp_path)
+    assert raised.value.variable == "inventory.all.hosts.n1.ansible_become_pass"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gpu_cluster_pass_device_specs",
+        "gpu_cluster_image_pull_secret",
+        "ansible_ssh_private_key_file",
+        "nvidia_container_toolkit_repo_key_url",
+        "kubegpu_kubeconfig",
+        "authorization_mode",
+    ],
+)
+def test_names_that_only_sound_like_secrets_pass(name: str) -> None:
+    assert runner._check_extra_vars({name: "x"}) == {name: "x"}
