@@ -13,6 +13,19 @@ import tempfile
 __metaclass__ = type
 
 
+def _fsync_directory(directory):
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def write_atomic(module, path, text, mode=0o644):
     """Write `text` to a hidden temporary file beside `path` (a name no import glob matches),
     then rename it over `path`; a new file gets `mode`, an existing one keeps its own."""
@@ -25,10 +38,15 @@ def write_atomic(module, path, text, mode=0o644):
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
+            # On disk before the rename, and the rename on disk after it: a power cut leaves
+            # the old file or the new one, never an empty or partly written one.
+            handle.flush()
+            os.fsync(handle.fileno())
         existed = os.path.exists(path)
         module.atomic_move(tmp, path, unsafe_writes=False)
         if not existed:
             os.chmod(path, mode)
+        _fsync_directory(directory)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
