@@ -133,6 +133,7 @@ _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _IMAGE_PATH = re.compile(r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*")
 _REGISTRY = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._/-]+)?")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_HOST_PATH = re.compile(r"(/[A-Za-z0-9._-]{1,255})+/?")
 _DURATION = re.compile(r"([0-9]+(\.[0-9]+)?(ns|us|\u00b5s|ms|s|m|h))+")
 # An image's name (registry/path) is at most 255 characters (NameTotalLengthMax of
 # distribution/reference, which containerd and the kubelet parse image references with).
@@ -616,11 +617,18 @@ def validate_config(config):
     error = qualified_name_error(cfg["device_plugin_config_label"])
     if error:
         errors.add("device_plugin_config_label", error)
+    # Host paths of the pods (hostPath volumes, an environment variable): whole plain paths.
     mps_root = cfg["mps_root"]
-    if not isinstance(mps_root, str) or not mps_root.startswith("/") or mps_root == "/":
-        errors.add("mps_root", "%r is not an absolute directory path" % (mps_root,))
+    if not isinstance(mps_root, str) or not _HOST_PATH.fullmatch(mps_root):
+        errors.add(
+            "mps_root",
+            "%r is not an absolute directory path of letters, digits, '.', '_', '-' and '/' "
+            "(not / itself)" % (mps_root,),
+        )
     driver_root = cfg["driver_root"]
-    if not isinstance(driver_root, str) or not driver_root.startswith("/"):
+    if not isinstance(driver_root, str) or not (
+        driver_root == "/" or _HOST_PATH.fullmatch(driver_root)
+    ):
         errors.add(
             "driver_root",
             "%r is not an absolute path (/ for a driver installed on the "

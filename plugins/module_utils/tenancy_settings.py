@@ -302,11 +302,20 @@ def _check_annotations(errors, var, value):
     return value
 
 
+def _plain_ascii(value):
+    """Printable ASCII without spaces: what image references and registry hosts are made of."""
+    return all("!" <= c <= "~" for c in value)
+
+
 def _check_image(errors, var, value):
     if not _check_str(errors, var, value):
         return
-    if any(c.isspace() for c in value) or "://" in value:
-        errors.add(var, "%r is not an image reference (registry/path:tag, no scheme)" % value)
+    if not _plain_ascii(value) or "://" in value:
+        errors.add(
+            var,
+            "%r is not an image reference (registry/path:tag in ASCII, no spaces, control "
+            "characters or scheme)" % value,
+        )
     elif ":" not in value.rsplit("/", 1)[-1] and "@sha256:" not in value:
         errors.add(var, "%r has no tag: pin one (path:tag or path@sha256:digest)" % value)
 
@@ -692,7 +701,7 @@ def validate_settings(config):
     # Workloads
     registry = settings["workload_image_registry"]
     if _check_str(errors, "workload_image_registry", registry, allow_empty=True) and (
-        "://" in registry or any(c.isspace() for c in registry)
+        "://" in registry or not _plain_ascii(registry)
     ):
         errors.add("workload_image_registry", "%r is not host[:port][/path]" % registry)
     _check_image(errors, "workload_pytorch_image", settings["workload_pytorch_image"])

@@ -775,3 +775,34 @@ def test_containerd_drop_in_names_are_whole_plain_file_names(name: str, tmp_path
             False,
             tmp_root=str(tmp_path),
         )
+
+
+# --- host paths of the component pods and image references of the workloads -----------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "good"),
+    [("mps_root", "/run/nvidia/mps"), ("driver_root", "/run/nvidia/driver")],
+)
+@pytest.mark.parametrize(
+    "bad",
+    ["/run/nvidia\n/mps", "/run/nvidia/mps\x00", "/run/nvidia mps", "/run/nv\u0456dia", "run/x"],
+)
+def test_host_paths_of_the_pods_are_whole_plain_paths(variable: str, good: str, bad: str) -> None:
+    assert f"{variable}:" not in cluster({variable: good})
+    assert f"{variable}: {bad!r}" in cluster({variable: bad})
+
+
+@pytest.mark.parametrize(
+    ("variable", "good"),
+    [
+        ("workload_pytorch_image", "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"),
+        ("workload_image_registry", "registry.example.test:5000/mirror"),
+    ],
+)
+@pytest.mark.parametrize(
+    "bad", ["pytorch/pytorch:2.7.1\x00", "pytorch/pyt\u043erch:2.7.1", "a\tb:1"]
+)
+def test_workload_images_are_printable_ascii(variable: str, good: str, bad: str) -> None:
+    assert f"{variable}:" not in tenancy({"tenants": [], variable: good})
+    assert f"{variable}: {bad!r}" in tenancy({"tenants": [], variable: bad})
