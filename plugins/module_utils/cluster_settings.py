@@ -23,6 +23,7 @@ from __future__ import absolute_import, division, print_function
 import copy
 import re
 
+from ansible_collections.kubegpu.gpu.plugins.module_utils.files import PLAIN_ABSOLUTE_PATH
 from ansible_collections.kubegpu.gpu.plugins.module_utils.k8s_values import (
     as_quantity,
     coerce_bool,
@@ -133,7 +134,6 @@ _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _IMAGE_PATH = re.compile(r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*")
 _REGISTRY = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._/-]+)?")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-_HOST_PATH = re.compile(r"(/[A-Za-z0-9._-]{1,255})+/?")
 _DURATION = re.compile(r"([0-9]+(\.[0-9]+)?(ns|us|\u00b5s|ms|s|m|h))+")
 # An image's name (registry/path) is at most 255 characters (NameTotalLengthMax of
 # distribution/reference, which containerd and the kubelet parse image references with).
@@ -619,7 +619,7 @@ def validate_config(config):
         errors.add("device_plugin_config_label", error)
     # Host paths of the pods (hostPath volumes, an environment variable): whole plain paths.
     mps_root = cfg["mps_root"]
-    if not isinstance(mps_root, str) or not _HOST_PATH.fullmatch(mps_root):
+    if not isinstance(mps_root, str) or not PLAIN_ABSOLUTE_PATH.fullmatch(mps_root):
         errors.add(
             "mps_root",
             "%r is not an absolute directory path of letters, digits, '.', '_', '-' and '/' "
@@ -627,7 +627,7 @@ def validate_config(config):
         )
     driver_root = cfg["driver_root"]
     if not isinstance(driver_root, str) or not (
-        driver_root == "/" or _HOST_PATH.fullmatch(driver_root)
+        driver_root == "/" or PLAIN_ABSOLUTE_PATH.fullmatch(driver_root)
     ):
         errors.add(
             "driver_root",

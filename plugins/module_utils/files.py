@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 import json
 import os
+import re
 import shutil
 import tempfile
 
@@ -50,6 +51,12 @@ def write_atomic(module, path, text, mode=0o644):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+# An absolute path of plain names (letters, digits, '.', '_', '-'; at most 255 each), matched
+# against the whole value (fullmatch): what may go into a command line, an environment file or a
+# pod's hostPath without quoting. "/" alone does not match.
+PLAIN_ABSOLUTE_PATH = re.compile(r"(/[A-Za-z0-9._-]{1,255})+/?")
 
 
 # Written before a module changes a daemon's configuration, removed by the role's handler once

@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 import os
 import re
 
+from ansible_collections.kubegpu.gpu.plugins.module_utils.files import PLAIN_ABSOLUTE_PATH
 from ansible_collections.kubegpu.gpu.plugins.module_utils.redact import redact_diff
 from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet import (
     DEFAULT_PATHS,
@@ -137,7 +138,6 @@ def default_extra_args_path(node):
 
 # Matched against the whole value (fullmatch), at most 255 characters per path component.
 _DROPIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,249}[.]conf")
-_CONFIG_DIR = re.compile(r"(/[A-Za-z0-9._-]{1,255})+/?")
 
 
 def input_problems(p, flavor):
@@ -155,7 +155,7 @@ def input_problems(p, flavor):
         )
     # It goes into KUBELET_EXTRA_ARGS (--config-dir=...): a line break or a space there would
     # write another line or another flag into the kubelet's environment file.
-    if p["config_dir"] and not _CONFIG_DIR.fullmatch(p["config_dir"]):
+    if p["config_dir"] and not PLAIN_ABSOLUTE_PATH.fullmatch(p["config_dir"]):
         problems.append(
             "config_dir: %r must be an absolute path of letters, digits, '.', '_', '-' and '/' "
             "(no spaces, line breaks or other characters), for example "
