@@ -77,7 +77,7 @@ DEFAULTS = {
     "dns_pod_labels": {"k8s-app": "kube-dns"},
     "extra_gpu_products": [],
     "workload_image_registry": "",
-    "workload_pytorch_image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+    "workload_pytorch_image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime@sha256:c16f4c749e2d9e96878875cdf6cc45cddda1d1a36fddd371dd6f2360f1b6e2a2",
     "workload_tensorflow_image": "tensorflow/tensorflow:2.17.0-gpu",
     "workload_image_pull_policy": "IfNotPresent",
     "workload_gpu_products": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"],

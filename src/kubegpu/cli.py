@@ -163,9 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("version", help="print the kubegpu version")
     p.set_defaults(func=lambda a: print(f"kubegpu {__version__}") or EXIT_OK)
 
+    from kubegpu.artifacts import register as register_artifacts
     from kubegpu.smoke import register as register_smoke
     from kubegpu.testbed.cli import register as register_testbed
 
+    register_artifacts(sub)
     register_smoke(sub)
     register_testbed(sub)
     return parser

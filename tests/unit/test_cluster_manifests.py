@@ -483,7 +483,11 @@ def test_device_plugin_runs_on_gpu_nodes_only_tolerating_the_gpu_taint() -> None
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
     container = spec["containers"][0]
-    assert container["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+    # By digest by default, the tag beside it (the artifact manifest's pin).
+    assert container["image"] == (
+        "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+        "@sha256:a61ba9fd8efb82f3a79f877f7580e02c1e8e7593f62473644bc9c79e315c3312"
+    )
     assert {"name": "CONFIG_FILE", "value": "/config/config.yaml"} in container["env"]
     # One config: mounted straight from the ConfigMap, no sidecar, no API token, no RBAC.
     assert len(spec["containers"]) == 1 and "initContainers" not in spec

@@ -304,6 +304,7 @@ def test_image_registry_prefix_is_applied(settings: dict[str, Any]) -> None:
     (job,) = jobs(tr.pytorch_single(mirrored, "vision"))
     assert pod_spec(job)["containers"][0]["image"] == (
         "registry.internal:5000/mirror/pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
+        "@sha256:c16f4c749e2d9e96878875cdf6cc45cddda1d1a36fddd371dd6f2360f1b6e2a2"
     )
 
 
