@@ -147,6 +147,8 @@ def gpu_resources(settings, resource, count):
 def _pod_spec(settings, script_configmap, container, affinity, subdomain=None):
     spec = {
         "restartPolicy": "Never",
+        # The training needs no API access: no service-account token in the pod.
+        "automountServiceAccountToken": False,
         "securityContext": _pod_security_context(settings),
         "tolerations": _tolerations(settings),
         "containers": [container],

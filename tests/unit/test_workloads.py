@@ -115,6 +115,16 @@ def test_every_pod_meets_the_restricted_profile_of_its_namespace(
             assert_restricted(pod_spec(job))
 
 
+def test_no_workload_pod_gets_a_service_account_token(
+    rendered: dict[str, list[dict[str, Any]]], settings: dict[str, Any]
+) -> None:
+    """The training talks to no API: its pods mount no token (the smoke job's neither)."""
+    smoke = tr.render_smoke(settings, "ns", "x", products=[], gpus=1)
+    for manifests in [*rendered.values(), smoke]:
+        for job in jobs(manifests):
+            assert pod_spec(job)["automountServiceAccountToken"] is False
+
+
 def test_gpu_containers_request_what_they_limit_and_run_with_the_nvidia_runtime(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
