@@ -276,6 +276,8 @@ class ActionModule(PipedAction):
     def answer(
         self, args: dict[str, t.Any], task_vars: dict[str, t.Any] | None
     ) -> dict[str, t.Any]:
+        if args["state"] == "absent":
+            raise Unanswered("state=absent undoes from the node's record: the module's to do")
         argv = _script_argv(args, node_python(self, task_vars))
         done = self.read(_SCRIPT, argv, self._compute_environment_string())
         return self._unchanged(_Answers(done["stdout"], kn.EXTRA_DIRS, argv[4]), args)

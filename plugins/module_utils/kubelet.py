@@ -609,7 +609,8 @@ def plan_kubelet_files(
     dropin_name="50-kubegpu.conf",
     release=None,
 ):
-    """The files to change, as dicts with path, before (None: absent), after and mode.
+    """The files to change, as dicts with path, before (None: absent), after, mode and kind
+    (how kubelet_record sees the file: owned, config, args or rancher).
 
     read(path) returns a file's text or None; load_yaml(text) and dump_yaml(data) convert. Only
     files whose content would change are returned. Raises KubeletConfigError.
@@ -633,10 +634,12 @@ def plan_kubelet_files(
             )
         return data
 
-    def add(path, before, data, mode, before_data):
+    def add(path, before, data, mode, before_data, kind):
         if before is not None and data == before_data:
             return
-        plans.append({"path": path, "before": before, "after": dump_yaml(data), "mode": mode})
+        plans.append(
+            {"path": path, "before": before, "after": dump_yaml(data), "mode": mode, "kind": kind}
+        )
 
     dropin = None
     if config_dir and (feature_gates or settings):
@@ -648,6 +651,7 @@ def plan_kubelet_files(
             build_dropin_config(feature_gates, settings),
             0o644,
             load(dropin, before),
+            "owned",
         )
 
     if flavor == "kubeadm":
@@ -666,6 +670,7 @@ def plan_kubelet_files(
                 merge_kubelet_config(existing, feature_gates, settings),
                 0o644,
                 existing,
+                "config",
             )
         flags = {"--config-dir": config_dir} if dropin else {}
         env = {}
@@ -676,7 +681,13 @@ def plan_kubelet_files(
             after = merge_extra_args_file(before or "", node_labels, taints, flags, env)
             if after != (before or ""):
                 plans.append(
-                    {"path": extra_args_path, "before": before, "after": after, "mode": 0o644}
+                    {
+                        "path": extra_args_path,
+                        "before": before,
+                        "after": after,
+                        "mode": 0o644,
+                        "kind": "args",
+                    }
                 )
     else:
         before = read(config_path)
@@ -687,5 +698,5 @@ def plan_kubelet_files(
             merged = merge_rancher_config(
                 existing, node_labels, taints, kubelet_args, gates_as_flag
             )
-            add(config_path, before, merged, 0o600, existing)
+            add(config_path, before, merged, 0o600, existing, "rancher")
     return plans

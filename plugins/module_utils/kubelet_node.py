@@ -63,6 +63,8 @@ ARGUMENT_SPEC = dict(
     without_pyyaml=dict(type="str", default="fail", choices=["fail", "report"]),
     backup=dict(type="bool", default=True),
     restart_marker=dict(type="str", default=""),
+    state=dict(type="str", default="present", choices=["present", "absent"]),
+    record_path=dict(type="str", default="/etc/ansible/facts.d/kubegpu_kubelet.fact"),
 )
 
 

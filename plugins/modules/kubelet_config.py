@@ -147,6 +147,24 @@ options:
       - An empty string keeps no marker.
     type: str
     default: ""
+  state:
+    description:
+      - V(present) merges the inputs in (and records what changed in O(record_path)).
+      - V(absent) undoes what the record says kubegpu changed, entry by entry (a feature gate,
+        a setting, a label, a taint, a flag), each only while it still has the value kubegpu
+        set; an entry someone changed since is kept, with a warning naming it. A file kubegpu
+        created goes when nothing else was put in it; its drop-in goes. Then the record goes.
+        Without a record nothing is changed. The other options are not used.
+    type: str
+    choices: [present, absent]
+    default: present
+  record_path:
+    description:
+      - The record of what the module changed in each file (JSON, a local fact file), written
+        after each file it writes, keeping each entry's value from before kubegpu first set it.
+      - An empty string keeps no record.
+    type: str
+    default: /etc/ansible/facts.d/kubegpu_kubelet.fact
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -270,6 +288,16 @@ restart_pending:
   description: True when nothing changed but O(restart_marker) says a restart is still owed.
   returned: when a restart is pending
   type: bool
+removed:
+  description: With O(state=absent), the files removed (kubegpu created them, or its drop-in).
+  returned: when O(state=absent)
+  type: list
+  elements: str
+kept:
+  description: With O(state=absent), the recorded entries someone changed since, left as they are.
+  returned: when O(state=absent)
+  type: list
+  elements: str
 backup_files:
   description: Backup copies made, one per changed file that existed.
   returned: always
@@ -292,13 +320,69 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.gpu.plugins.module_utils.files import (
     mark_restart_pending,
+    read_record,
     write_atomic,
+    write_record,
 )
 from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet_node import (
     ARGUMENT_SPEC,
     LocalNode,
     decide,
 )
+from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet_record import (
+    describe,
+    record_write,
+    undo,
+)
+
+
+def reset(module):
+    """state=absent: undo, file by file, what the record says kubegpu changed, keeping every
+    entry someone changed since; then drop the record."""
+    result = dict(changed=False, files=[], removed=[], kept=[], restart_needed=False)
+    path = module.params["record_path"]
+    record = read_record(module, path)
+    if record is None:
+        module.exit_json(
+            msg="no record of kubegpu's kubelet changes at %s: nothing was undone" % path, **result
+        )
+    yaml = LocalNode(module).import_yaml()
+    if yaml is None:
+        module.fail_json(msg="kubelet_config needs PyYAML on the target to undo its changes")
+
+    def dump(data):
+        return yaml.safe_dump(data, default_flow_style=False, sort_keys=False)
+
+    plans = []
+    for name, entry in sorted((record.get("files") or {}).items()):
+        text = None
+        if os.path.isfile(name):
+            with open(name) as handle:
+                text = handle.read()
+        new, _undone, kept = undo(entry, text, yaml.safe_load, dump)
+        result["kept"].extend("%s: %s" % (name, describe(key)) for key in kept)
+        if new != text:
+            plans.append((name, new))
+    result["changed"] = True  # the record goes, at least
+    result["files"] = [name for name, new in plans if new is not None]
+    result["removed"] = [name for name, new in plans if new is None]
+    result["restart_needed"] = bool(plans)
+    if result["kept"]:
+        module.warn(
+            "kubegpu's kubelet settings that someone changed since were left as they are: "
+            + "; ".join(result["kept"])
+        )
+    if module.check_mode:
+        module.exit_json(**result)
+    if plans:
+        mark_restart_pending(module, module.params["restart_marker"], [n for n, _ in plans])
+    for name, new in plans:
+        if new is None:
+            os.remove(name)
+        else:
+            write_atomic(module, name, new)
+    os.remove(path)
+    module.exit_json(**result)
 
 
 def main():
@@ -306,6 +390,8 @@ def main():
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
+    if module.params["state"] == "absent":
+        reset(module)
     result, msg, plans = decide(module.params, LocalNode(module), module._diff)
     if msg is not None:
         module.fail_json(msg=msg, **result)
@@ -314,6 +400,9 @@ def main():
 
     if plans and result["kubelet_found"]:
         mark_restart_pending(module, module.params["restart_marker"], result["files"])
+    record_path = module.params["record_path"]
+    record = read_record(module, record_path) if record_path and plans else None
+    yaml = LocalNode(module).import_yaml() if plans else None
     for plan in plans:
         path = plan["path"]
         directory = os.path.dirname(path)
@@ -322,6 +411,15 @@ def main():
         if plan["before"] is not None and module.params["backup"]:
             result["backup_files"].append(module.backup_local(path))
         write_atomic(module, path, plan["after"], plan["mode"])
+        # Recorded after each write: a run cut off later still leaves a record of this file.
+        if record_path:
+            record = record_write(
+                record, path, plan["kind"], plan["before"], plan["after"], yaml.safe_load
+            )
+            directory = os.path.dirname(record_path)
+            if directory and not os.path.isdir(directory):
+                os.makedirs(directory, 0o755)
+            write_record(module, record_path, record)
     module.exit_json(**result)
 
 

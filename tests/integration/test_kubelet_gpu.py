@@ -100,11 +100,26 @@ CLEANUP = """\
         path: "{{{{ item.path }}}}"
         state: absent
       loop: "{{{{ found.files }}}}"
-    - name: Remove the directories the test created
+    - name: Remove the directories the test created, and kubelet_config's record
       ansible.builtin.file:
         path: "{{{{ item }}}}"
         state: absent
-      loop: [/etc/rancher, /var/lib/kubelet]
+      loop: [/etc/rancher, /var/lib/kubelet, /etc/ansible/facts.d/kubegpu_kubelet.fact]
+"""
+
+EDIT = """\
+- name: Change the kubelet files as another tool or an admin would, after kubegpu
+  hosts: "{node}"
+  gather_facts: false
+  tasks:
+    - name: Change one of kubegpu's settings and add one of their own
+      ansible.builtin.shell: |
+        set -e
+        sed -i 's/^maxPods: 200$/maxPods: 110/' /var/lib/kubelet/config.yaml
+        echo 'serializeImagePulls: false' >> /var/lib/kubelet/config.yaml
+        sed -i 's/--max-pods 180/--max-pods 180 --v=4/' /etc/default/kubelet
+        sed -i 's/- max-pods=180/- max-pods=180\\n- v=4/' /etc/rancher/k3s/config.yaml
+      changed_when: true
 """
 
 GOOD_VARS = {
@@ -442,3 +457,71 @@ def test_the_handler_restarts_the_unit_the_node_has(
     second = play(repo_root, inventory, tmp_path, CONVERGE.format(node=node), GOOD_VARS)
     assert second["rc"] == 0 and second["stats"][node]["changed"] == 0
     assert unit_state(repo_root, inventory, tmp_path, node)["MainPID"] == after["MainPID"]
+
+
+def test_reset_undoes_only_kubegpus_part_and_keeps_later_edits(
+    node_files, repo_root: Path, tmp_path: Path
+) -> None:
+    """reset.yml --tags kubelet after a converge and someone's later edits: each gate, setting,
+    label, taint and flag kubegpu set goes back to its value before, a setting someone changed
+    since keeps their value (named in a warning), their own additions stay; a second reset
+    changes nothing. The *.~ backups are not used."""
+    inventory, node = node_files
+    first = play(repo_root, inventory, tmp_path, CONVERGE.format(node=node), GOOD_VARS)
+    assert first["rc"] == 0, problem_tasks(first)
+    edited = play(repo_root, inventory, tmp_path, EDIT.format(node=node), {})
+    assert edited["rc"] == 0, problem_tasks(edited)
+    reset = _reset(repo_root, inventory, tmp_path, node)
+    assert reset["rc"] == 0, problem_tasks(reset)
+    (undone,) = task_results(reset, node, "Undo, entry by entry")
+    assert undone["changed"] is True
+    assert undone["kept"] == ['/var/lib/kubelet/config.yaml: ["maxPods"]']
+    assert sorted(undone["files"]) == sorted(FILES)
+
+    files = read_files(repo_root, inventory, tmp_path, node, list(FILES))
+    expected = yaml.safe_load(KUBEADM_CONFIG)
+    expected.update(maxPods=110, serializeImagePulls=False)
+    assert yaml.safe_load(files["/var/lib/kubelet/config.yaml"]) == expected
+    assert files["/etc/default/kubelet"] == DEFAULT_KUBELET.replace(
+        "--max-pods 180", "--max-pods 180 --v=4"
+    )
+    k3s = yaml.safe_load(K3S_CONFIG)
+    k3s["kubelet-arg"] = [*k3s["kubelet-arg"], "v=4"]
+    assert yaml.safe_load(files["/etc/rancher/k3s/config.yaml"]) == k3s
+
+    again = _reset(repo_root, inventory, tmp_path, node)
+    assert again["rc"] == 0, problem_tasks(again)
+    (second,) = task_results(again, node, "Undo, entry by entry")
+    assert second["changed"] is False and "no record" in second["msg"]
+    assert read_files(repo_root, inventory, tmp_path, node, list(FILES)) == files
+
+
+def _reset(repo_root: Path, inventory: Path, tmp_path: Path, node: str) -> dict:
+    """playbooks/reset.yml, its kubelet layer only, on one node."""
+    vars_file = tmp_path / f"reset-{len(list(tmp_path.glob('reset-*')))}.json"
+    vars_file.write_text(json.dumps({"kubegpu_reset_confirm": True}))
+    proc = subprocess.run(
+        [
+            PLAYBOOK,
+            "-i",
+            str(inventory),
+            str(repo_root / "playbooks/reset.yml"),
+            "--tags",
+            "kubelet",
+            "--limit",
+            node,
+            "-e",
+            f"@{vars_file}",
+        ],
+        cwd=repo_root,
+        env=_env(repo_root),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"reset printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    report["rc"] = proc.returncode
+    return report
