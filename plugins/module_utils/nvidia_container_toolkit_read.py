@@ -10,7 +10,8 @@ The read (roles/nvidia_container_toolkit/tasks/validate.yml, or install-Debian.y
 package query) prints lines that say what they are: "pkg NAME STATUS" (the helpers), "source
 PATH" (another APT source listing the repository), "keyring SHA256 MODE USER GROUP", "own
 SHA256 MODE USER GROUP" (the role's source), "dir TYPE MODE USER GROUP" (the keyrings folder),
-"other PATH" (a keyring of the other format), "pin SHA256 MODE USER GROUP" and, with no prefix,
+"other PATH" (a keyring of the other format), "pin SHA256 MODE USER GROUP", "verified SHA256
+FINGERPRINT" (the keyring last checked against a fingerprint) and, with no prefix,
 the toolkit packages' rows NAME|STATUS-ABBREV|VERSION|SELECTION. kubegpu.gpu.read_script
 returns this plan with the read (its `plan` option)."""
 
@@ -61,7 +62,8 @@ def plan(stdout, args):
     ("sha256:HEX" or empty), source (the deb822 source's options, as the deb822_source filter
     takes them) and pin_content (the preferences file's text): what the role writes.
 
-    Returns other_sources, helpers_missing, keyring_dir_stale, key_stale, source_stale,
+    Returns other_sources, helpers_missing, keyring_dir_stale, key_stale, key_unverified (a
+    fingerprint is pinned and the keyring there was not checked against it), source_stale,
     pin_in_place, installed, outdated, unsettled, unselected, packages_work (without a
     repository change, which the role adds), install_work and setup_work."""
     missing_keys = [key for key in _KEYS if key not in args]
@@ -82,6 +84,15 @@ def plan(stdout, args):
         key_stale = keyring[2:] != _OWNED or bool(
             checksum and checksum != "sha256:" + (keyring[1] if len(keyring) > 1 else "")
         )
+
+    # A pinned key is checked again whenever the keyring is not the one last checked against
+    # this fingerprint (a pin added or changed later, a keyring changed by someone else).
+    fingerprint = str(args["key_fingerprint"] or "").replace(" ", "").upper()
+    key_unverified = (
+        bool(fingerprint)
+        and len(keyring) > 1
+        and [keyring[1], fingerprint] not in [f[1:] for f in _fields(lines, "verified")]
+    )
 
     rows = [line.split("|") for line in lines if re.match(r"^[^ |]+[|]", line)]
     matches = re.compile(version_regex(version))
@@ -115,6 +126,7 @@ def plan(stdout, args):
         "keyring_dir_stale": "dir directory 755 root root" not in lines
         or bool(_fields(lines, "other")),
         "key_stale": key_stale,
+        "key_unverified": key_unverified,
         "source_stale": source_sha256 is None
         or not any(line.startswith("own %s 644 " % source_sha256) for line in lines),
         "pin_in_place": pin_in_place,
@@ -133,6 +145,7 @@ def plan(stdout, args):
             result["helpers_missing"]
             or result["keyring_dir_stale"]
             or result["key_stale"]
+            or result["key_unverified"]
             or result["source_stale"]
         )
     )

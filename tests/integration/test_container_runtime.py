@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -387,6 +388,60 @@ def test_a_changed_keyring_pin_and_one_of_the_other_format_are_put_right(
     assert alone.stats(node)["changed"] == 0, alone.explain()
     assert alone.task("Read which packages are installed", node).get("skipped") is not True
     assert alone.task("Pin the toolkit packages at 1.18.0-1", node).get("skipped") is not True
+
+
+def _key_fingerprint(path: str) -> str:
+    """The primary fingerprint of the testbed's vendor key, as gpg reads it on this machine."""
+    with tempfile.TemporaryDirectory() as home:
+        listing = subprocess.run(
+            ["gpg", "--homedir", home, "--batch", "--show-keys", "--with-colons", path],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=dict(os.environ, LC_ALL="C"),
+        ).stdout
+    return next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+
+
+def test_a_fingerprint_pinned_later_is_checked_against_the_keyring_already_there(
+    testbed: TestbedState, play, toolkit_nodes: list[str]
+) -> None:
+    """The keyring is in place from an unpinned run; a pin added later is checked against it
+    although the key file does not change: a wrong one stops the run and takes the keyring
+    away, the right one passes and is remembered (the next run checks nothing)."""
+    node = toolkit_nodes[0]
+    real = _key_fingerprint(str(testbed.vendor_repo_key))
+    wrong = "0123456789ABCDEF0123456789ABCDEF01234567"
+    bad = play(
+        TOOLKIT_PLAY,
+        [node],
+        kubegpu_toolkit_version="1.18.0-1",
+        nvidia_container_toolkit_repo_key_fingerprint=wrong,
+    )
+    assert bad.rc != 0
+    (message,) = [m for m in bad.failures(node) if "fingerprint" in m]
+    assert wrong in message and real in message and "not added" in message
+    assert ssh(testbed, node, f"test -e {KEYRING}").returncode == 1
+    good = play(
+        TOOLKIT_PLAY,
+        [node],
+        kubegpu_toolkit_version="1.18.0-1",
+        nvidia_container_toolkit_repo_key_fingerprint=real,
+    )
+    assert good.rc == 0, good.explain()
+    assert good.task("Remember that this keyring passed the fingerprint check", node)["changed"]
+    marker = "/var/lib/kubegpu/keys/" + Path(KEYRING).name + ".verified"
+    digest = ssh_ok(testbed, node, f"sha256sum {KEYRING}").split()[0]
+    assert ssh_ok(testbed, node, f"cat {marker}").strip() == f"{digest} {real}"
+    again = play(
+        TOOLKIT_PLAY,
+        [node],
+        kubegpu_toolkit_version="1.18.0-1",
+        nvidia_container_toolkit_repo_key_fingerprint=real,
+    )
+    assert again.rc == 0, again.explain()
+    assert again.stats(node)["changed"] == 0, again.explain()
+    assert again.task(SETUP_INCLUDE, node).get("skipped") is True
 
 
 def test_toolkit_check_mode_changes_nothing(

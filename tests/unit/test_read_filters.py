@@ -425,11 +425,18 @@ TOOLKIT_BEFORE = {
     "__nvidia_container_toolkit_source_stale": """{{ __nvidia_container_toolkit_repo_read.stdout_lines
    | select('match', '^own ' ~ (__nvidia_container_toolkit_source | hash('sha256')) ~ ' 644 ')
    | list | length == 0 }}""",
+    # Added with the plan: a pinned keyring not yet checked against its fingerprint.
+    "__nvidia_container_toolkit_key_unverified": """{{ __nvidia_container_toolkit_key_fingerprint | length > 0
+   and __nvidia_container_toolkit_keyring_row | length > 1
+   and ['verified', __nvidia_container_toolkit_keyring_row[1],
+        __nvidia_container_toolkit_key_fingerprint | replace(' ', '') | upper]
+       not in __nvidia_container_toolkit_repo_read.stdout_lines | map('split', ' ') | list }}""",
     "__nvidia_container_toolkit_setup_work": """{{ __nvidia_container_toolkit_install_work | bool
      or (nvidia_container_toolkit_repo_manage | bool
          and (__nvidia_container_toolkit_helpers_missing | length > 0
               or __nvidia_container_toolkit_keyring_dir_stale | bool
               or __nvidia_container_toolkit_key_stale | bool
+              or __nvidia_container_toolkit_key_unverified | bool
               or __nvidia_container_toolkit_source_stale | bool)) }}""",
 }
 # The values the role takes from the plan, compared with the oracle's.
@@ -441,6 +448,7 @@ TOOLKIT_NAMES = [
     "__nvidia_container_toolkit_helpers_missing",
     "__nvidia_container_toolkit_keyring_dir_stale",
     "__nvidia_container_toolkit_key_stale",
+    "__nvidia_container_toolkit_key_unverified",
     "__nvidia_container_toolkit_pin_in_place",
     "__nvidia_container_toolkit_source_stale",
     "__nvidia_container_toolkit_packages_work",
@@ -453,6 +461,11 @@ TOOLKIT_READ = (
 _ROWS = [line for line in TOOLKIT_READ if "|" in line]
 TOOLKIT_CASES: dict[str, tuple[list[str], dict[str, Any]]] = {
     "real_held": (TOOLKIT_READ, {}),
+    # The same node after the role checked its keyring against the fingerprint.
+    "real_verified": (
+        [*TOOLKIT_READ, "verified " + TOOLKIT_READ[1].split(" ")[1] + " ABCD"],
+        {},
+    ),
     "real_not_held_wanted": (TOOLKIT_READ, {"nvidia_container_toolkit_hold": False}),
     "other_version_wanted": (TOOLKIT_READ, {"nvidia_container_toolkit_version": "1.17.8-1"}),
     "glob_version": (TOOLKIT_READ, {"nvidia_container_toolkit_version": "1.18.*"}),
@@ -550,6 +563,10 @@ def test_the_toolkit_cases_reach_every_branch(
     assert real[prefix + "keyring_dir_stale"] is False
     assert real[prefix + "key_stale"] is False
     assert real[prefix + "packages_work"] is False
+    # Pinned, never checked: checked once, then remembered.
+    assert real[prefix + "key_unverified"] is True and real[prefix + "setup_work"] is True
+    verified = values["real_verified"]
+    assert verified[prefix + "key_unverified"] is False
     assert len(values["real_not_held_wanted"][prefix + "unselected"]) == 4
     assert len(values["other_version_wanted"][prefix + "outdated"]) == 4
     assert values["other_version_wanted"][prefix + "setup_work"] is True

@@ -7,6 +7,7 @@ Real keys made with gpg here, the task file run by ansible-playbook on localhost
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -76,6 +77,9 @@ def _check(tmp_path: Path, keys: dict[str, Any], source: str, fingerprint: str) 
                 "__nvidia_container_toolkit_key_fingerprint": fingerprint,
                 "nvidia_container_toolkit_repo_key_file": str(keys["folder"] / source),
                 "__nvidia_container_toolkit_key_url": "",
+                "__nvidia_container_toolkit_key_verified": str(
+                    tmp_path / "keys" / "keyring.gpg.verified"
+                ),
             },
             "tasks": [{"name": "Verify", "ansible.builtin.include_tasks": str(TASKS)}],
         }
@@ -88,6 +92,10 @@ def test_the_one_key_of_the_fingerprint_passes(tmp_path: Path, keys: dict[str, A
     rc, report = _check(tmp_path, keys, "vendor.gpg", keys["fingerprints"]["vendor"][0])
     assert rc == 0, failure_message(report, "h1")
     assert (tmp_path / "keyring.gpg").exists()
+    # Remembered with the keyring's digest, so that only another keyring or pin checks again.
+    digest = hashlib.sha256((tmp_path / "keyring.gpg").read_bytes()).hexdigest()
+    fingerprint = keys["fingerprints"]["vendor"][0].upper()
+    assert (tmp_path / "keys" / "keyring.gpg.verified").read_text() == f"{digest} {fingerprint}"
 
 
 @pytest.mark.parametrize(
@@ -109,3 +117,4 @@ def test_anything_else_is_refused_and_removed(
     assert "is not the one key of fingerprint" in message, message
     assert holds in message, message
     assert not (tmp_path / "keyring.gpg").exists()
+    assert not (tmp_path / "keys" / "keyring.gpg.verified").exists()
