@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import glob
+import json
 import os
 import re
 
@@ -205,7 +206,64 @@ def nvidia_runtime_paths(entries, scope):
 
 def _read_file(host_root, path):
     text = read_text(host_root, path)
-    return {"path": path, "text": text} if text is not None else None
+    if text is None:
+        return None
+    return {"path": path, "text": text, "mtime": _mtime(host_root, path)}
+
+
+def _mtime(host_root, path):
+    try:
+        return os.stat(host_path(host_root, path)).st_mtime
+    except OSError:
+        return None
+
+
+# The kubelet's own configuration files for each layout (kubeadm packages, k3s, RKE2), and its
+# drop-in folder; what kubegpu's kubelet_config writes among them.
+KUBELET_CONFIG_FILES = (
+    "/var/lib/kubelet/config.yaml",
+    "/etc/default/kubelet",
+    "/etc/sysconfig/kubelet",
+    "/etc/rancher/k3s/config.yaml",
+    "/etc/rancher/rke2/config.yaml",
+)
+KUBELET_RECORD = "/etc/ansible/facts.d/kubegpu_kubelet.fact"
+# Written by kubegpu before it changes a daemon's configuration, removed once it restarted.
+RESTART_MARKERS = {
+    "containerd": "/var/lib/kubegpu/restart-pending/containerd.json",
+    "kubelet": "/var/lib/kubegpu/restart-pending/kubelet.json",
+}
+
+
+def read_config_times(host_root, runtime, view):
+    """{"runtime": [(path, mtime)], "kubelet": [(path, mtime)], "pending": [names]}: the
+    configuration files each daemon reads, with when they last changed, and the daemons a
+    kubegpu run left a restart pending for."""
+    runtime_files = []
+    if runtime == "containerd" and view.get("containerd"):
+        containerd = view["containerd"]
+        runtime_files = [f for f in [containerd["main"], *containerd["imported"]] if f]
+    elif runtime == "docker" and view.get("docker"):
+        runtime_files = [view["docker"]]
+    elif runtime == "crio":
+        runtime_files = list(view.get("crio") or [])
+    kubelet = list(KUBELET_CONFIG_FILES)
+    record = read_text(host_root, KUBELET_RECORD)
+    try:
+        recorded = json.loads(record or "{}").get("files") or {}
+    except (ValueError, AttributeError):
+        recorded = {}  # an unreadable record: the files above still count
+    kubelet += sorted(recorded)
+    kubelet_times = []
+    for path in kubelet:
+        mtime = _mtime(host_root, path)
+        if mtime is not None and (path, mtime) not in kubelet_times:
+            kubelet_times.append((path, mtime))
+    return {
+        "runtime": [(f["path"], f["mtime"]) for f in runtime_files if f.get("mtime") is not None],
+        "kubelet": kubelet_times,
+        "pending": sorted(n for n, path in RESTART_MARKERS.items() if _exists(host_root, path)),
+    }
 
 
 def read_containerd(host_root):
@@ -288,7 +346,7 @@ def read_host_view(host_root, runtime="containerd"):
             dmi.append(text.strip())
     dev = [n for n in (_listdir(host_root, "/dev") or []) if n.startswith("nvidia")]
     plugin_dir = _listdir(host_root, DEVICE_PLUGIN_DIR)
-    return {
+    view = {
         "host_root": host_root,
         "simulated": _exists(host_root, "/" + SIMULATION_README),
         "pci": read_pci(host_root),
@@ -306,3 +364,5 @@ def read_host_view(host_root, runtime="containerd"):
         "crio": read_crio(host_root) if runtime == "crio" else None,
         "device_plugin_sockets": plugin_dir,
     }
+    view["config_times"] = read_config_times(host_root, runtime, view)
+    return view

@@ -20,6 +20,7 @@ from __future__ import absolute_import, division, print_function
 import json
 import os
 import re
+import time
 
 from ansible_collections.kubegpu.gpu.plugins.module_utils.node_gpu_checks import (
     smi_gpus,
@@ -379,6 +380,61 @@ def check_runtime_service(runtime, services, services_reason):
     )
 
 
+def _when(seconds):
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+def check_config_loaded(name, layer, daemon, units, view, services, started, reason):
+    """Whether the running daemon started after its configuration files last changed, and no
+    kubegpu run left its restart pending: else it runs a configuration other than the files'."""
+    expected = "the running %s started after its configuration files last changed" % daemon
+    times = view.get("config_times") or {}
+    files = times.get("runtime" if layer == "container_runtime" else "kubelet") or []
+    if services is None or started is None:
+        return make_check(name, layer, "skip", "start time unknown: " + reason, expected)
+    active = [u for u in units if services.get(u) == "active" and started.get(u) is not None]
+    if not active:
+        return make_check(name, layer, "skip", "%s is not running" % daemon, expected)
+    unit = active[0]
+    start = started[unit]
+    restart = "Restart it so that it loads them: `systemctl restart %s`." % unit
+    if daemon in (times.get("pending") or []):
+        return make_check(
+            name,
+            layer,
+            "fail",
+            "a kubegpu run changed the configuration of %s and was cut off before restarting "
+            "it (%s started %s)" % (daemon, unit, _when(start)),
+            expected,
+            "Run kubegpu again (it restarts %s), or: `systemctl restart %s`." % (daemon, unit),
+        )
+    # One second of slack: file systems with coarse timestamps.
+    newer = [(path, mtime) for path, mtime in files if mtime > start + 1]
+    if newer:
+        return make_check(
+            name,
+            layer,
+            "fail",
+            "%s started %s, before %s changed (%s)"
+            % (
+                unit,
+                _when(start),
+                ", ".join(path for path, _ in newer),
+                ", ".join(_when(m) for _, m in newer),
+            ),
+            expected,
+            restart,
+        )
+    return make_check(
+        name,
+        layer,
+        "pass",
+        "%s started %s, after its %d configuration file(s) last changed"
+        % (unit, _when(start), len(files)),
+        expected,
+    )
+
+
 def check_kubelet(view, services, services_reason, enabled):
     if not enabled:
         return [
@@ -451,6 +507,8 @@ DEFAULT_OPTIONS = {
     "check_kubelet": True,
     "services": None,
     "services_reason": "not asked",
+    "started": None,
+    "started_reason": "not asked",
 }
 
 
@@ -459,6 +517,8 @@ def evaluate(view, smi, options=None):
 
     options["services"] maps unit names to `systemctl is-active` answers, or is None when the
     service state cannot be read (host_root is not /); options["services_reason"] says why.
+    options["started"] maps active units to when they last started (seconds since the epoch),
+    or is None (options["started_reason"] says why).
     """
     opts = dict(DEFAULT_OPTIONS)
     opts.update(options or {})
@@ -483,7 +543,34 @@ def evaluate(view, smi, options=None):
     checks.append(check_cdi(view, smi, runtime))
     checks.append(check_runtime(view, runtime))
     checks.append(check_runtime_service(runtime, services, reason))
+    started, started_reason = opts["started"], opts["started_reason"]
+    if runtime != "none":
+        checks.append(
+            check_config_loaded(
+                "runtime_config_loaded",
+                "container_runtime",
+                runtime,
+                RUNTIME_UNITS[runtime],
+                view,
+                services,
+                started,
+                started_reason,
+            )
+        )
     checks.extend(check_kubelet(view, services, reason, opts["check_kubelet"]))
+    if opts["check_kubelet"]:
+        checks.append(
+            check_config_loaded(
+                "kubelet_config_loaded",
+                "kubelet",
+                "kubelet",
+                KUBELET_UNITS,
+                view,
+                services,
+                started,
+                started_reason,
+            )
+        )
     return checks
 
 

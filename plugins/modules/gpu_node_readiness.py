@@ -29,11 +29,14 @@ description:
     every GPU."
   - "container runtime: the configuration of O(runtime) (containerd with its imported
     drop-ins, docker's daemon.json, or CRI-O's drop-ins) defines the nvidia runtime; the
-    runtime's service is active."
-  - "kubelet: running; its device plugin socket present; an NVIDIA device plugin registered."
+    runtime's service is active and started after those files last changed, with no restart a
+    cut-off kubegpu run left pending (else it runs another configuration than the files')."
+  - "kubelet: running; its device plugin socket present; an NVIDIA device plugin registered;
+    started after its configuration files last changed, with no restart left pending."
   - Runs C(nvidia-smi -q -x) once. Reads files through O(host_root), so it can check a host
-    mounted into a container. Service states come from C(systemctl is-active), asked only when
-    O(host_root) is C(/) and systemd runs; otherwise those checks are skipped with the reason.
+    mounted into a container. Service states come from C(systemctl is-active) and start times
+    from C(systemctl show), asked only when O(host_root) is C(/) and systemd runs; otherwise
+    those checks are skipped with the reason.
   - Never changes anything on the host.
 options:
   expected_gpu_count:
@@ -193,6 +196,7 @@ ansible_facts:
 import json
 import os
 import re
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.gpu.plugins.module_utils.node_readiness import (
@@ -260,6 +264,33 @@ def service_states(module, run, units):
     return states, "asked systemctl"
 
 
+def start_times(module, run, services):
+    """({unit: when it last became active, seconds since the epoch}, reason) for the active
+    units, from one `systemctl show` (systemd's monotonic timestamps, turned into wall-clock
+    time with this host's clocks), or None and why not."""
+    if services is None:
+        return None, "service states unknown"
+    active = sorted(u for u, state in services.items() if state == "active")
+    if not active:
+        return {}, "no unit active"
+    systemctl = module.get_bin_path("systemctl")
+    rc, out, err = run(
+        [systemctl, "show", "-p", "Id", "-p", "ActiveEnterTimestampMonotonic", *active]
+    )
+    if rc != 0:
+        return None, "systemctl show failed (rc %d): %s" % (rc, (err or out).strip()[:200])
+    now_wall, now_mono = time.time(), time.monotonic()
+    started = {}
+    for block in out.split("\n\n"):
+        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        unit = fields.get("Id", "")
+        unit = unit[: -len(".service")] if unit.endswith(".service") else unit
+        micros = fields.get("ActiveEnterTimestampMonotonic", "")
+        if unit in active and micros.isdigit() and int(micros) > 0:
+            started[unit] = now_wall - (now_mono - int(micros) / 1e6)
+    return started, "asked systemctl"
+
+
 DRIVER_RECORD = "etc/ansible/facts.d/kubegpu_driver.fact"
 
 
@@ -303,6 +334,7 @@ def main():
     if params["check_kubelet"]:
         units += list(KUBELET_UNITS)
     services, reason = service_states(module, run, units)
+    started, started_reason = start_times(module, run, services)
     checks = evaluate(
         view,
         smi,
@@ -314,6 +346,8 @@ def main():
             "check_kubelet": params["check_kubelet"],
             "services": services,
             "services_reason": reason,
+            "started": started,
+            "started_reason": started_reason,
         },
     )
     simulated = bool(smi["simulated"] or view["simulated"])

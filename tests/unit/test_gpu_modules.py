@@ -354,7 +354,7 @@ def test_fail_on_warn(
     assert "persistence_mode (warn): disabled on GPU 0 (00000000:00:1E.0)" in result["msg"]
     result = run_main(gpu_node_readiness, dict(args, fail_on=[]), capsys)
     assert "failed" not in result and result["verdict"] == "ready_with_warnings"
-    assert result["summary"] == {"pass": 13, "fail": 0, "warn": 1, "skip": 8}
+    assert result["summary"] == {"pass": 13, "fail": 0, "warn": 1, "skip": 9}
     assert sorted(c["name"] for c in result["checks"] if c["status"] == "skip") == [
         "driver_branch",
         "fabric_manager",
@@ -363,6 +363,7 @@ def test_fail_on_warn(
         "mig_mode",
         "nvidia_device_plugin_registered",
         "row_remapping",
+        "runtime_config_loaded",
         "runtime_service",
     ]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,9 @@ def evaluate(
         "runtime": runtime,
         "services": dict(ALL_UNITS),
         "services_reason": "test",
+        # Every active unit started after the node's files were written.
+        "started": {u: time.time() + 5 for u, state in ALL_UNITS.items() if state == "active"},
+        "started_reason": "test",
     }
     opts.update(options)
     checks = nr.evaluate(nr.read_host_view(str(root), runtime), result, opts)
@@ -133,9 +137,11 @@ def test_healthy_node(node: Path, t4: dict[str, Any]) -> None:
         "cdi_spec": "pass",
         "runtime_nvidia_configured": "pass",
         "runtime_service": "pass",
+        "runtime_config_loaded": "pass",
         "kubelet_running": "pass",
         "kubelet_device_plugin_socket": "pass",
         "nvidia_device_plugin_registered": "pass",
+        "kubelet_config_loaded": "pass",
     }
     assert (
         checks["pci_gpus_present"]["observed"] == "1 NVIDIA GPU(s): 0000:00:1e.0 [10de:1eb8] nvidia"
@@ -786,6 +792,37 @@ def test_crio_dropin(node: Path, t4: dict[str, Any]) -> None:
     check = evaluate(node, t4, runtime="crio")["runtime_nvidia_configured"]
     assert check["status"] == "pass"
     assert check["observed"] == "nvidia runtime in /etc/crio/crio.conf.d/99-nvidia.toml"
+
+
+def test_a_daemon_started_before_its_configuration_changed_is_named(
+    node: Path, t4: dict[str, Any]
+) -> None:
+    """containerd and the kubelet must run the configuration on disk: a file changed after the
+    daemon started, or a restart a cut-off kubegpu run left pending, fails with the remedy."""
+    before = time.time() - 3600
+    started = {u: before for u, state in ALL_UNITS.items() if state == "active"}
+    write(node / "var/lib/kubelet/config.yaml", "kind: KubeletConfiguration\n")
+    checks = evaluate(node, t4, started=started)
+    runtime = checks["runtime_config_loaded"]
+    assert runtime["status"] == "fail"
+    assert "before /etc/containerd/config.toml changed" in runtime["observed"]
+    assert runtime["remedy"] == "Restart it so that it loads them: `systemctl restart containerd`."
+    kubelet = checks["kubelet_config_loaded"]
+    assert kubelet["status"] == "fail" and "/var/lib/kubelet/config.yaml" in kubelet["observed"]
+    # Started after the files, but a kubegpu run was cut off between its write and the restart.
+    write(node / "var/lib/kubegpu/restart-pending/containerd.json", '{"files": []}\n')
+    checks = evaluate(node, t4)
+    assert checks["runtime_config_loaded"]["status"] == "fail"
+    assert "cut off before restarting it" in checks["runtime_config_loaded"]["observed"]
+    assert checks["kubelet_config_loaded"]["status"] == "pass"
+    # Unknown start times, or the daemon not running: not judged here.
+    checks = evaluate(node, t4, started=None, started_reason="systemd is not running")
+    assert checks["runtime_config_loaded"]["status"] == "skip"
+    assert "systemd is not running" in checks["runtime_config_loaded"]["observed"]
+    services = dict(ALL_UNITS)
+    services.update((u, "inactive") for u in nr.RUNTIME_UNITS["containerd"])
+    checks = evaluate(node, t4, services=services)
+    assert checks["runtime_config_loaded"]["observed"] == "containerd is not running"
 
 
 def test_runtime_none_and_services(node: Path, t4: dict[str, Any]) -> None:
