@@ -574,3 +574,142 @@ class _Kubelet:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(timeout=10)
+
+
+STAND_IN_DCGM = """\
+[Unit]
+Description=kubegpu TEST STAND-IN for NVIDIA's nvidia-dcgm host engine (no GPU here)
+
+[Service]
+ExecStart=/bin/sleep infinity
+"""
+STOPPED_FILE = "/var/lib/kubegpu/upgrade-stopped-services.json"
+
+
+@pytest.mark.apiserver
+def test_controller_killed_after_the_gpu_consumers_stopped_starts_them_on_resume(
+    testbed: Any, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The upgrade stops the node's GPU consumers (here a STAND-IN nvidia-dcgm unit, started
+    but not enabled, as a host engine started by hand is) before the driver changes; the
+    controller is SIGKILLed the moment the unit stops. The resumed run finds it stopped, and
+    starts it again from what the node remembered; nothing of it is left behind."""
+    if not HAVE_APISERVER:
+        pytest.skip("tests/apiserver/fixture.py is not available")
+    server = request.getfixturevalue("kube_apiserver")
+    from kubernetes import client
+
+    gpu_nodes = [n.name for n in testbed.nodes if n.simulated_gpu]
+    if not gpu_nodes:
+        pytest.skip("needs a testbed node with a simulated GPU")
+    node = gpu_nodes[0]
+    core = client.CoreV1Api(server.client())
+    if node not in {n.metadata.name for n in core.list_node().items}:
+        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    core.patch_node(
+        node, {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None}}}
+    )
+    unit = "/etc/systemd/system/nvidia-dcgm.service"
+    _write(testbed, node, {unit: STAND_IN_DCGM})
+    _ssh(
+        testbed, node, f"rm -f {STOPPED_FILE}; systemctl daemon-reload; systemctl start nvidia-dcgm"
+    )
+    try:
+        # Killed when the controller starts the task after the stop: the stop has finished.
+        first = _upgrade(testbed, server.kubeconfig, tmp_path, node)
+        seen, stopping = [], False
+        assert first.stdout is not None
+        for line in first.stdout:
+            seen.append(line)
+            if line.startswith("TASK [") and stopping:
+                os.killpg(first.pid, signal.SIGKILL)
+                break
+            stopping = stopping or line.startswith("TASK [Stop the GPU consumers")
+        first.communicate(timeout=60)
+        assert first.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
+        assert _ssh(testbed, node, "systemctl is-active nvidia-dcgm || true").strip() == "inactive"
+        assert json.loads(_ssh(testbed, node, f"cat {STOPPED_FILE}")) == ["nvidia-dcgm.service"]
+
+        with _Kubelet(server):
+            again = _upgrade(testbed, server.kubeconfig, tmp_path, node)
+            out, _ = again.communicate(timeout=300)
+        assert again.returncode == 0, out[-3000:]
+        assert _ssh(testbed, node, "systemctl is-active nvidia-dcgm || true").strip() == "active"
+        assert _ssh(testbed, node, f"test -e {STOPPED_FILE} && echo left || echo gone").strip() == (
+            "gone"
+        )
+        assert not core.read_node(node).spec.unschedulable
+    finally:
+        _ssh(
+            testbed,
+            node,
+            f"systemctl stop nvidia-dcgm || true; rm -f {unit} {STOPPED_FILE}; "
+            "systemctl daemon-reload",
+        )
+        core.patch_node(
+            node,
+            {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None}}},
+        )
+
+
+def _reset_kubelet(testbed: Any, tmp: Path, node: str) -> subprocess.Popen[str]:
+    """playbooks/reset.yml, its kubelet layer, on one node, as a process the test can kill."""
+    extra = tmp / "reset.json"
+    extra.write_text(json.dumps({"kubegpu_reset_confirm": True}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            *[arg for inv in _inventory(testbed) for arg in ("-i", inv)],
+            str(REPO / "playbooks" / "reset.yml"),
+            "--tags",
+            "kubelet",
+            "--limit",
+            node,
+            "-e",
+            f"@{extra}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=REPO,
+        start_new_session=True,
+    )
+
+
+def test_reset_killed_midway_completes_on_the_next_run_and_keeps_the_other_settings(
+    testbed: Any, tmp_path: Path
+) -> None:
+    """The controller is SIGKILLed the moment reset has undone the kubelet settings and starts
+    its next step. The next reset completes and changes nothing more; the run after it
+    neither; the files hold the third party's settings, exactly as before kubegpu."""
+    node = testbed.node_names[1]
+    _put_third_party_files(testbed, node)
+    before = _ssh(testbed, node, f"cat {KUBELET_ENV} {KUBELET_CONFIG}")
+    converged = _kubelet(testbed, limit=node)
+    assert converged.ok, _why(converged)
+    assert _ssh(testbed, node, f"cat {KUBELET_ENV} {KUBELET_CONFIG}") != before
+
+    first = _reset_kubelet(testbed, tmp_path, node)
+    seen = []
+    assert first.stdout is not None
+    for line in first.stdout:
+        seen.append(line)
+        if line.startswith("TASK [Remove kubegpu's kubelet drop-in]"):
+            os.killpg(first.pid, signal.SIGKILL)
+            break
+    first.communicate(timeout=60)
+    assert first.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
+    # Cut off after the undo: the settings are back, the record is gone.
+    assert _ssh(testbed, node, f"cat {KUBELET_ENV} {KUBELET_CONFIG}") == before
+    record = "/etc/ansible/facts.d/kubegpu_kubelet.fact"
+    assert _ssh(testbed, node, f"test -e {record} && echo left || echo gone").strip() == "gone"
+
+    for attempt in ("resumed", "after"):
+        again = _reset_kubelet(testbed, tmp_path, node)
+        out, _ = again.communicate(timeout=600)
+        assert again.returncode == 0, f"{attempt}: {out[-3000:]}"
+        recap = out[out.index("PLAY RECAP") :]
+        assert f"{node}" in recap and "changed=0" in recap.split(node, 1)[1].splitlines()[0], recap
+        assert _ssh(testbed, node, f"cat {KUBELET_ENV} {KUBELET_CONFIG}") == before
