@@ -326,6 +326,8 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.files import (
 )
 from ansible_collections.kubegpu.gpu.plugins.module_utils.kubelet_node import (
     ARGUMENT_SPEC,
+    BINARIES,
+    EXTRA_DIRS,
     LocalNode,
     decide,
 )
@@ -341,8 +343,12 @@ def reset(module):
     entry someone changed since; then drop the record."""
     result = dict(changed=False, files=[], removed=[], kept=[], restart_needed=False)
     path = module.params["record_path"]
+    marker = module.params["restart_marker"]
     record = read_record(module, path)
     if record is None:
+        if marker and os.path.exists(marker):
+            # An earlier reset undid the files and was cut off before the restart.
+            result.update(changed=True, restart_needed=True, restart_pending=True)
         module.exit_json(
             msg="no record of kubegpu's kubelet changes at %s: nothing was undone" % path, **result
         )
@@ -374,8 +380,10 @@ def reset(module):
         )
     if module.check_mode:
         module.exit_json(**result)
-    if plans:
-        mark_restart_pending(module, module.params["restart_marker"], [n for n, _ in plans])
+    node = LocalNode(module)
+    kubelet_found = any(node.bin_path(b, EXTRA_DIRS) for b in sorted(set(BINARIES.values())))
+    if plans and kubelet_found:
+        mark_restart_pending(module, marker, [n for n, _ in plans])
     for name, new in plans:
         if new is None:
             os.remove(name)
