@@ -657,3 +657,123 @@ def test_reset_deletes_exactly_what_kubegpu_created(
     assert cn.APPLIED_LABELS_ANNOTATION not in (node["metadata"].get("annotations") or {})
     again = run_playbook("gpu_cluster_reset.yml", str(kube_apiserver.kubeconfig), tmp_path)
     assert again["rc"] == 0 and again["stats"]["changed"] == 0
+
+
+# --- a controller killed mid-apply and mid-prune -------------------------------------------------
+
+FAULT_NS = "kubegpu-faults"
+# The layer alone in a namespace of its own, with no cluster-wide object the other tests share.
+FAULT_SETTINGS = {
+    "gpu_cluster_namespace": FAULT_NS,
+    "gpu_cluster_runtime_class_enabled": False,
+    "gpu_cluster_api_timeout": 5,
+}
+
+
+def _start(kubeconfig: str, tmp: Path, settings: dict[str, Any]) -> Any:
+    """The cluster layer's playbook as a process the test can kill (its own process group)."""
+    import subprocess
+    import sys
+
+    vars_file = tmp / f"fault-{len(list(tmp.glob('fault-*')))}.json"
+    vars_file.write_text(json.dumps(dict(settings, kubegpu_kubeconfig=kubeconfig)))
+    return subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            str(PLAYBOOKS / "gpu_cluster.yml"),
+            "-i",
+            "localhost,",
+            "-e",
+            f"@{vars_file}",
+        ],
+        cwd=REPO,
+        env=ansible_json.environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _kill_on(api_client: Any, kind_path: str, event_type: str, proc: Any) -> threading.Thread:
+    """A real watch on kind_path (namespaced in FAULT_NS): SIGKILLs the controller's process
+    group at the first event of event_type."""
+    import os
+    import signal
+
+    from kubernetes import watch
+
+    core_paths = {
+        "serviceaccounts": "list_namespaced_service_account",
+        "daemonsets": "list_namespaced_daemon_set",
+    }
+    from kubernetes import client
+
+    api = (
+        client.CoreV1Api(api_client)
+        if kind_path == "serviceaccounts"
+        else client.AppsV1Api(api_client)
+    )
+    lister = getattr(api, core_paths[kind_path])
+    existing = lister(FAULT_NS).metadata.resource_version
+
+    def run() -> None:
+        for event in watch.Watch().stream(
+            lister, FAULT_NS, resource_version=existing, timeout_seconds=120
+        ):
+            if event["type"] == event_type:
+                os.killpg(proc.pid, signal.SIGKILL)
+                return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    time.sleep(0.5)
+    return thread
+
+
+def _ours_in_namespace(cluster: Cluster) -> list[tuple[str, str]]:
+    return sorted(
+        (path, name) for path, namespace, name, _ in cluster.owned() if namespace == FAULT_NS
+    )
+
+
+def test_a_controller_killed_mid_apply_and_mid_prune_converges_on_the_next_run(
+    kube_apiserver: Any, cluster: Cluster, tmp_path: Path
+) -> None:
+    """Killed (SIGKILL, the whole process group) the moment the first ServiceAccount of the
+    layer appears: part of the layer is there. The next run applies the rest, the run after
+    changes nothing. Then, with the DCGM exporter switched off, killed the moment the first of
+    its objects is deleted: the next run prunes the rest and keeps everything else."""
+    import signal
+
+    kubeconfig = str(kube_apiserver.kubeconfig)
+    cluster.ensure("/api/v1/namespaces", {"metadata": {"name": FAULT_NS}})
+    client = kube_apiserver.client()
+
+    first = _start(kubeconfig, tmp_path, FAULT_SETTINGS)
+    watcher = _kill_on(client, "serviceaccounts", "ADDED", first)
+    out, _ = first.communicate(timeout=300)
+    watcher.join(timeout=10)
+    assert first.returncode == -signal.SIGKILL, out[-3000:]
+    partial = _ours_in_namespace(cluster)
+    resumed = run_playbook("gpu_cluster.yml", kubeconfig, tmp_path, FAULT_SETTINGS)
+    assert resumed["rc"] == 0, resumed["failures"] or resumed["raw"][-3000:]
+    complete = _ours_in_namespace(cluster)
+    assert set(partial) < set(complete), (partial, complete)
+    assert ("/apis/apps/v1/daemonsets", "dcgm-exporter") in complete
+    steady = run_playbook("gpu_cluster.yml", kubeconfig, tmp_path, FAULT_SETTINGS)
+    assert steady["rc"] == 0 and steady["stats"]["changed"] == 0, steady["raw"][-3000:]
+
+    without = dict(FAULT_SETTINGS, gpu_cluster_dcgm_exporter_enabled=False)
+    pruning = _start(kubeconfig, tmp_path, without)
+    watcher = _kill_on(client, "serviceaccounts", "DELETED", pruning)
+    out, _ = pruning.communicate(timeout=300)
+    watcher.join(timeout=10)
+    assert pruning.returncode == -signal.SIGKILL, out[-3000:]
+    pruned = run_playbook("gpu_cluster.yml", kubeconfig, tmp_path, without)
+    assert pruned["rc"] == 0, pruned["failures"] or pruned["raw"][-3000:]
+    after = _ours_in_namespace(cluster)
+    assert not [name for _, name in after if "dcgm" in name], after
+    assert set(after) == {o for o in complete if "dcgm" not in o[1]}
+    steady = run_playbook("gpu_cluster.yml", kubeconfig, tmp_path, without)
+    assert steady["rc"] == 0 and steady["stats"]["changed"] == 0, steady["raw"][-3000:]

@@ -475,7 +475,7 @@ def test_reset_undoes_only_kubegpus_part_and_keeps_later_edits(
     assert reset["rc"] == 0, problem_tasks(reset)
     (undone,) = task_results(reset, node, "Undo, entry by entry")
     assert undone["changed"] is True
-    assert undone["kept"] == ['/var/lib/kubelet/config.yaml: ["maxPods"]']
+    assert undone["kept"] == ["/var/lib/kubelet/config.yaml: maxPods"]
     assert sorted(undone["files"]) == sorted(FILES)
 
     files = read_files(repo_root, inventory, tmp_path, node, list(FILES))

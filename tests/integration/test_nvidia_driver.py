@@ -580,3 +580,51 @@ def test_cuda_toolkit_check_mode_and_driver_compatibility(
     assert "cuda_toolkit_version is '13.0'" in message
     assert "from the local fact kubegpu_driver" in message
     assert snapshot(testbed, node) == before
+
+
+def _driver_site(testbed: Any, node: str) -> Any:
+    """site.yml with the driver tag (preflight, which repairs an interrupted dpkg, then the
+    driver role), as `kubegpu bootstrap --tags driver --limit NODE` runs it."""
+    import kubegpu
+
+    return kubegpu.bootstrap(
+        [str(testbed.inventory), str(REPO / "inventories" / "testbed")],
+        limit=node,
+        tags=["driver"],
+        extra_vars=DRIVER_VARS,
+    )
+
+
+def test_dpkg_killed_during_the_driver_install_is_repaired_by_the_next_run(
+    testbed: Any, nodes: list[str]
+) -> None:
+    """dpkg SIGKILLed the moment it starts to configure the driver's packages (where DKMS
+    would build the module: nvidia-kernel-dkms's postinst), as a power cut or an OOM kill
+    leaves it. The next run repairs dpkg and converges; the run after changes nothing."""
+    from tests.integration.test_faults import KILL_HOOK, KILL_HOOK_CFG, KILL_HOOK_SCRIPT
+
+    node = nodes[0]
+    driver = sorted(p for p in installed(testbed, node) if "nvidia" in p or p == "libcuda1")
+    assert "nvidia-driver" in driver, driver
+    ssh_ok(
+        testbed,
+        node,
+        f"apt-mark unhold {' '.join(driver)} >/dev/null && "
+        f"apt-get purge -y -q {' '.join(driver)} >/dev/null && "
+        f"cat > {KILL_HOOK} <<'EOF'\n{KILL_HOOK_SCRIPT}EOF\nchmod 0755 {KILL_HOOK} && "
+        f"echo 'pre-invoke={KILL_HOOK}' > {KILL_HOOK_CFG}",
+    )
+    try:
+        killed = _driver_site(testbed, node)
+        assert not killed.ok
+        assert ssh_ok(testbed, node, f"test ! -e {KILL_HOOK_CFG} && echo gone").strip() == "gone"
+        audit = ssh_ok(testbed, node, "dpkg --audit || true")
+        assert "nvidia" in audit, audit
+        repaired = _driver_site(testbed, node)
+        assert repaired.ok, [(f.task, f.message[-500:]) for f in repaired.failed]
+    finally:
+        ssh(testbed, node, f"rm -f {KILL_HOOK_CFG} {KILL_HOOK}")
+    assert ssh_ok(testbed, node, "dpkg --audit") == ""
+    assert "nvidia-driver" in installed(testbed, node)
+    idle = _driver_site(testbed, node)
+    assert idle.ok and idle.hosts[node].changed == 0, [(f.task, f.message) for f in idle.failed]
