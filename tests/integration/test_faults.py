@@ -446,7 +446,9 @@ class NodeStates:
         self.thread.join(timeout=10)
 
 
-def _upgrade(testbed: Any, kubeconfig: Path, tmp: Path, node: str) -> subprocess.Popen[str]:
+def _upgrade(
+    testbed: Any, kubeconfig: Path, tmp: Path, node: str, **more: Any
+) -> subprocess.Popen[str]:
     extra = tmp / "extra.json"
     extra.write_text(
         json.dumps(
@@ -456,6 +458,7 @@ def _upgrade(testbed: Any, kubeconfig: Path, tmp: Path, node: str) -> subprocess
                 "kubegpu_container_runtime": "none",
                 "kubegpu_check_kubelet": False,
                 "kubegpu_upgrade_drain_timeout": 60,
+                **more,
             }
         )
     )
@@ -713,3 +716,97 @@ def test_reset_killed_midway_completes_on_the_next_run_and_keeps_the_other_setti
         recap = out[out.index("PLAY RECAP") :]
         assert f"{node}" in recap and "changed=0" in recap.split(node, 1)[1].splitlines()[0], recap
         assert _ssh(testbed, node, f"cat {KUBELET_ENV} {KUBELET_CONFIG}") == before
+
+
+def _boot_id(testbed: Any, node: str) -> str:
+    return _ssh(testbed, node, "cat /proc/sys/kernel/random/boot_id").strip()
+
+
+@pytest.mark.apiserver
+def test_controller_killed_while_the_node_reboots_resumes_and_brings_the_consumers_back(
+    testbed: Any, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The upgrade reboots the node (here told by the variable the driver role sets,
+    nvidia_driver_installed.reboot_pending, as no driver changes on the testbed) and the
+    controller is SIGKILLed while the node goes down. The node boots without the STAND-IN
+    nvidia-dcgm unit (started by hand, not enabled); the resumed run reboots it again, proves
+    it, starts the unit from what the node remembered and uncordons it."""
+    if not HAVE_APISERVER:
+        pytest.skip("tests/apiserver/fixture.py is not available")
+    server = request.getfixturevalue("kube_apiserver")
+    from kubernetes import client
+
+    gpu_nodes = [n.name for n in testbed.nodes if n.simulated_gpu]
+    if not gpu_nodes:
+        pytest.skip("needs a testbed node with a simulated GPU")
+    node = gpu_nodes[0]
+    core = client.CoreV1Api(server.client())
+    if node not in {n.metadata.name for n in core.list_node().items}:
+        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    core.patch_node(
+        node, {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None}}}
+    )
+    unit = "/etc/systemd/system/nvidia-dcgm.service"
+    _write(testbed, node, {unit: STAND_IN_DCGM})
+    _ssh(
+        testbed, node, f"rm -f {STOPPED_FILE}; systemctl daemon-reload; systemctl start nvidia-dcgm"
+    )
+    booted = _boot_id(testbed, node)
+    reboot = {
+        "nvidia_driver_installed": {"reboot_pending": True},
+        "kubegpu_upgrade_reboot_timeout": 300,
+    }
+    try:
+        first = _upgrade(testbed, server.kubeconfig, tmp_path, node, **reboot)
+        seen = []
+        assert first.stdout is not None
+        for line in first.stdout:
+            seen.append(line)
+            if line.startswith("TASK [Reboot the node to load the new kernel module]"):
+                # Killed once the node is going down: its SSH answers no more.
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    probe = subprocess.run(
+                        testbed.ssh_argv(node, "true"), capture_output=True, timeout=30
+                    )
+                    if probe.returncode != 0:
+                        break
+                    time.sleep(0.2)
+                os.killpg(first.pid, signal.SIGKILL)
+                break
+        first.communicate(timeout=60)
+        assert first.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
+
+        def up_again() -> bool:
+            probe = subprocess.run(testbed.ssh_argv(node, "true"), capture_output=True, timeout=30)
+            return probe.returncode == 0
+
+        deadline = time.monotonic() + 180
+        while not up_again() and time.monotonic() < deadline:
+            time.sleep(1)
+        assert _boot_id(testbed, node) != booted, "the node did not reboot"
+        assert _ssh(testbed, node, "systemctl is-active nvidia-dcgm || true").strip() == "inactive"
+        assert core.read_node(node).spec.unschedulable is True
+
+        with _Kubelet(server):
+            again = _upgrade(testbed, server.kubeconfig, tmp_path, node, **reboot)
+            out, _ = again.communicate(timeout=600)
+        assert again.returncode == 0, out[-3000:]
+        assert _ssh(testbed, node, "systemctl is-active nvidia-dcgm || true").strip() == "active"
+        assert _ssh(testbed, node, f"test -e {STOPPED_FILE} && echo left || echo gone").strip() == (
+            "gone"
+        )
+        finished = core.read_node(node)
+        assert not finished.spec.unschedulable
+        assert json.loads(finished.metadata.annotations[ANNOTATION])["state"] == "done"
+    finally:
+        _ssh(
+            testbed,
+            node,
+            f"systemctl stop nvidia-dcgm || true; rm -f {unit} {STOPPED_FILE}; "
+            "systemctl daemon-reload",
+        )
+        core.patch_node(
+            node,
+            {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None}}},
+        )
