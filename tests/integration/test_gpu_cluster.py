@@ -737,18 +737,22 @@ def _ours_in_namespace(cluster: Cluster) -> list[tuple[str, str]]:
     )
 
 
+@pytest.mark.parametrize("server_fixture", ["kube_apiserver", "kube_cluster"])
 def test_a_controller_killed_mid_apply_and_mid_prune_converges_on_the_next_run(
-    kube_apiserver: Any, cluster: Cluster, tmp_path: Path
+    server_fixture: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    """Killed (SIGKILL, the whole process group) the moment the first ServiceAccount of the
-    layer appears: part of the layer is there. The next run applies the rest, the run after
+    """On the test API server and on the real control plane (tests/cluster: its controllers
+    act on what is applied). Killed (SIGKILL, the whole process group) the moment the first
+    ServiceAccount of the layer appears: part of the layer is there. The next run applies the rest, the run after
     changes nothing. Then, with the DCGM exporter switched off, killed the moment the first of
     its objects is deleted: the next run prunes the rest and keeps everything else."""
     import signal
 
-    kubeconfig = str(kube_apiserver.kubeconfig)
+    server = request.getfixturevalue(server_fixture)
+    kubeconfig = str(server.kubeconfig)
+    client = server.client()
+    cluster = Cluster(client)
     cluster.ensure("/api/v1/namespaces", {"metadata": {"name": FAULT_NS}})
-    client = kube_apiserver.client()
 
     first = _start(kubeconfig, tmp_path, FAULT_SETTINGS)
     watcher = _kill_on(client, "serviceaccounts", "ADDED", first)
