@@ -100,6 +100,8 @@ def namespace_manifest(settings, tenant, adopted=False):
 GPU_RESOURCE_FAMILY = re.compile(r"\Anvidia\.com/(gpu|gpu\.shared|mig-[0-9a-z.-]+)\Z")
 # Capped for every tenant whether or not a node advertises them yet.
 ALWAYS_CAPPED = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
+# ResourceQuota's name for the devices of one DRA DeviceClass: <class> + this.
+DEVICE_CLASS_QUOTA = ".deviceclass.resource.k8s.io/devices"
 
 
 def advertised_gpu_resources(nodes):
@@ -118,7 +120,8 @@ def advertised_gpu_resources(nodes):
 def quota_hard(tenant, advertised=()):
     """The ResourceQuota's spec.hard for a tenant (quantities as strings): its GPU resources at
     their counts, every other GPU resource (ALWAYS_CAPPED and those advertised) at 0; NodePort
-    and LoadBalancer Services at the tenant's `services` (0 unless given)."""
+    and LoadBalancer Services at the tenant's `services` (0 unless given); DRA devices per
+    DeviceClass at its `devices` (NVIDIA's GPU and MIG classes 0 unless given)."""
     hard = {}
     for resource in set(ALWAYS_CAPPED).union(advertised):
         if resource not in tenant["gpus"]:
@@ -135,6 +138,10 @@ def quota_hard(tenant, advertised=()):
         hard["pods"] = tenant["pods"]
     for key, count in sorted(tenant.get("services", {}).items()):
         hard["services." + key] = count
+    # DRA: the devices its claims may hold, per DeviceClass (NVIDIA's GPU classes at 0 unless
+    # given), as the quota names them.
+    for name, count in sorted(tenant.get("devices", {}).items()):
+        hard[name + DEVICE_CLASS_QUOTA] = count
     return hard
 
 

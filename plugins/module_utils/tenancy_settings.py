@@ -31,6 +31,7 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.k8s_values import (
     coerce_int,
     extended_resource_error,
     is_dns_label,
+    is_dns_subdomain,
     is_int,
     label_value_error,
     parse_quantity,
@@ -150,7 +151,13 @@ TENANT_KEYS = (
     "container_defaults",
     "adopt_namespace",
     "services",
+    "devices",
 )
+# NVIDIA's DRA driver's DeviceClasses of GPUs and MIG devices: capped for every tenant ("0"
+# unless its `devices` gives some), so that claims cannot take what the device plugin's
+# resources are capped for. ResourceQuota counts a class's devices as
+# <class>.deviceclass.resource.k8s.io/devices (Kubernetes 1.33 and later).
+DRA_GPU_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com")
 # Services that expose a tenant's pods outside the cluster, capped by the quota ("0" unless the
 # tenant's `services` allows some): a NodePort opens a port on every node.
 SERVICE_KEYS = ("nodeports", "loadbalancers")
@@ -588,6 +595,26 @@ def _normalize_tenant(errors, index, item, settings, known, seen_names):
                 errors.add(var + ".services." + key, error)
             else:
                 services[key] = value
+    devices = dict.fromkeys(DRA_GPU_CLASSES, "0")
+    given = item.get("devices")
+    if given is not None and not isinstance(given, dict):
+        errors.add(
+            var + ".devices",
+            '%r is not a mapping of DRA DeviceClass names to device counts (gpu.nvidia.com: "2")'
+            % (given,),
+        )
+    elif given:
+        for class_name, value in sorted(given.items(), key=lambda kv: str(kv[0])):
+            dvar = "%s.devices.%s" % (var, class_name)
+            if not isinstance(class_name, str) or not is_dns_subdomain(class_name):
+                errors.add(dvar, "%r is not a DeviceClass name (a DNS subdomain)" % (class_name,))
+                continue
+            value = as_quantity(value)
+            error = whole_quantity_error(value, "devices")
+            if error:
+                errors.add(dvar, error)
+            else:
+                devices[class_name] = value
     adopt = coerce_bool(item.get("adopt_namespace", False))
     if not isinstance(adopt, bool):
         errors.add(var + ".adopt_namespace", "%r is not a boolean" % (adopt,))
@@ -606,6 +633,7 @@ def _normalize_tenant(errors, index, item, settings, known, seen_names):
         "container_defaults": defaults,
         "adopt_namespace": adopt,
         "services": services,
+        "devices": dict(sorted(devices.items())),
     }
 
 

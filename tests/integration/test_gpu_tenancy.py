@@ -21,6 +21,7 @@ kubelets (the smoke test moves to the cluster once kubelets run there):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -63,6 +64,8 @@ ALPHA = {
 BETA = {
     "name": "beta",
     "gpus": {"nvidia.com/mig-1g.10gb": "7"},
+    # One GPU through DRA (NVIDIA's DRA driver's class); alpha gets none.
+    "devices": {"gpu.nvidia.com": "1"},
     "cpu": "8",
     "memory": "32Gi",
     "members": [{"kind": "User", "name": "bob@example.com"}],
@@ -322,6 +325,62 @@ def _refusal(core: Any, namespace: str, pod: dict[str, Any]) -> str:
     return ""
 
 
+def _dra_claims(server: Any) -> dict[str, str]:
+    """NVIDIA's GPU DeviceClass, then a one-GPU ResourceClaim in alpha and two in beta: the API
+    server's refusal of each ('' when admitted). The claims are deleted again."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    objects = client.CustomObjectsApi(server.client())
+    group, version = "resource.k8s.io", "v1"
+    with contextlib.suppress(ApiException):
+        objects.create_cluster_custom_object(
+            group,
+            version,
+            "deviceclasses",
+            {
+                "apiVersion": f"{group}/{version}",
+                "kind": "DeviceClass",
+                "metadata": {"name": "gpu.nvidia.com"},
+                "spec": {
+                    "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]
+                },
+            },
+        )
+    found: dict[str, str] = {}
+    for key, namespace in (("alpha", "alpha"), ("beta-first", "beta"), ("beta-second", "beta")):
+        claim = {
+            "apiVersion": f"{group}/{version}",
+            "kind": "ResourceClaim",
+            "metadata": {"name": key},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1},
+                        }
+                    ]
+                }
+            },
+        }
+        # ResourceQuota admission adds what it admits to the quota's usage at once.
+        try:
+            objects.create_namespaced_custom_object(
+                group, version, namespace, "resourceclaims", claim
+            )
+            found[key] = ""
+        except ApiException as exc:
+            assert exc.status == 403, exc.body
+            found[key] = str(json.loads(exc.body)["message"])
+    for key, namespace in (("alpha", "alpha"), ("beta-first", "beta"), ("beta-second", "beta")):
+        with contextlib.suppress(ApiException):
+            objects.delete_namespaced_custom_object(
+                group, version, namespace, "resourceclaims", key
+            )
+    return found
+
+
 def test_the_admission_chain_caps_every_gpu_resource_of_a_tenant(applied: dict[str, Any]) -> None:
     """kube-apiserver's own ResourceQuota, LimitRanger and PodSecurity admission decide."""
     from kubernetes.client.exceptions import ApiException
@@ -372,6 +431,12 @@ def test_the_admission_chain_caps_every_gpu_resource_of_a_tenant(applied: dict[s
         else:
             assert refused == ""
             core.delete_namespaced_service(kind.lower(), "alpha")
+    # DRA: claims on NVIDIA's GPU DeviceClass count per class; alpha may hold none, beta one.
+    refused_claims = _dra_claims(applied["server"])
+    assert f"exceeded quota: {t.QUOTA_NAME}" in refused_claims["alpha"], refused_claims
+    assert f"limited: gpu.nvidia.com{t.DEVICE_CLASS_QUOTA}=0" in refused_claims["alpha"]
+    assert refused_claims["beta-first"] == ""
+    assert f"limited: gpu.nvidia.com{t.DEVICE_CLASS_QUOTA}=1" in refused_claims["beta-second"]
     used = raw(core.read_namespaced_resource_quota, t.QUOTA_NAME, "alpha")["status"]["used"]
     assert parse_quantity(used[f"requests.{gpu}"]) == 4
     for ns, names in (("alpha", ("two-a", "two-b")), ("beta", ("slice",))):

@@ -377,6 +377,9 @@ def test_quota_counts_gpus_mig_shared_cpu_memory_and_pods(rendered: list[dict[st
         # No Service of the tenant's may open a port on the nodes or take a load balancer.
         "services.loadbalancers": "0",
         "services.nodeports": "0",
+        # Nor may its DRA claims take NVIDIA's GPUs or MIG devices.
+        "gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "0",
+        "mig.nvidia.com.deviceclass.resource.k8s.io/devices": "0",
     }
     lab = [
         m
@@ -394,7 +397,38 @@ def test_quota_counts_gpus_mig_shared_cpu_memory_and_pods(rendered: list[dict[st
         "limits.memory": "128Gi",
         "services.loadbalancers": "1",
         "services.nodeports": "0",
+        "gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "0",
+        "mig.nvidia.com.deviceclass.resource.k8s.io/devices": "0",
     }
+
+
+def test_dra_devices_are_capped_per_device_class() -> None:
+    """A tenant's DRA claims count against its quota per DeviceClass: NVIDIA's GPU and MIG
+    classes at 0 unless `devices` gives some, any other class at what is given."""
+    settings, errors = ts.validate_settings(
+        {"tenants": [{"name": "dra", "devices": {"gpu.nvidia.com": "2", "example.com/x": "1"}}]}
+    )
+    assert [str(e) for e in errors] == [
+        "gpu_tenancy_tenants[0] (dra).devices.example.com/x: 'example.com/x' is not a "
+        "DeviceClass name (a DNS subdomain)"
+    ]
+    settings, errors = ts.validate_settings(
+        {"tenants": [{"name": "dra", "devices": {"gpu.nvidia.com": "2", "fpga.example.com": 1}}]}
+    )
+    assert errors == []
+    assert settings["tenants"][0]["name"] == "dra"
+    hard = t.quota_hard(settings["tenants"][0])
+    devices = {k: v for k, v in hard.items() if k.endswith(".deviceclass.resource.k8s.io/devices")}
+    assert devices == {
+        "fpga.example.com.deviceclass.resource.k8s.io/devices": "1",
+        "gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "2",
+        "mig.nvidia.com.deviceclass.resource.k8s.io/devices": "0",
+    }
+    for bad in ("two", "1.5", "-1", "1\n"):
+        _, errors = ts.validate_settings(
+            {"tenants": [{"name": "d", "devices": {"gpu.nvidia.com": bad}}]}
+        )
+        assert errors and "devices.gpu.nvidia.com" in str(errors[0]), bad
 
 
 def test_limit_range_keeps_gpu_requests_equal_to_limits(rendered: list[dict[str, Any]]) -> None:
