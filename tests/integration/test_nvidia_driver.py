@@ -606,8 +606,8 @@ def test_dpkg_killed_during_the_driver_install_is_repaired_by_the_next_run(
     # test_faults' one-shot hook, firing only in the dpkg run that configures the driver (the
     # role's first dpkg runs install its helpers and may upgrade a library).
     hook = KILL_HOOK_SCRIPT.replace(
-        "[ \"$DPKG_HOOK_ACTION\" = configure ] || exit 0\n",
-        "[ \"$DPKG_HOOK_ACTION\" = configure ] || exit 0\n"
+        '[ "$DPKG_HOOK_ACTION" = configure ] || exit 0\n',
+        '[ "$DPKG_HOOK_ACTION" = configure ] || exit 0\n'
         "dpkg-query -W -f='${Status}' nvidia-kernel-dkms 2>/dev/null | grep -q unpacked"
         " || exit 0\n",
     )
