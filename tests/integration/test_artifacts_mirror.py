@@ -285,3 +285,100 @@ def test_offline_preflight_stops_naming_what_the_mirror_lacks(
     recap = bad.stdout[bad.stdout.index("PLAY RECAP") :]
     assert "localhost" in recap and "failed=1" in recap
     assert "gpu1" not in recap and "gpu2" not in recap
+
+
+TOOLKIT = MANIFEST["packages"][0]["names"]
+TOOLKIT_FILES = (
+    "/etc/apt/sources.list.d/kubegpu-nvidia-container-toolkit.sources",
+    "/etc/apt/preferences.d/kubegpu-nvidia-container-toolkit",
+    "/etc/apt/keyrings/kubegpu-nvidia-container-toolkit.gpg",
+    "/etc/apt/keyrings/kubegpu-nvidia-container-toolkit.asc",
+)
+
+
+def _site(testbed: Any, node: str, tmp: Path, variables: dict[str, Any]) -> Any:
+    """site.yml, the toolkit layer, on one testbed node (and the controller's plays)."""
+    extra = tmp / f"offline-{len(list(tmp.glob('offline-*')))}.json"
+    extra.write_text(json.dumps(variables))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            str(testbed.inventory),
+            "-i",
+            str(ROOT / "inventories" / "testbed"),
+            str(ROOT / "site.yml"),
+            "--tags",
+            "toolkit",
+            "--limit",
+            f"{node},localhost",
+            "-e",
+            f"@{extra}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def _recap(out: str) -> dict[str, str]:
+    lines = out[out.index("PLAY RECAP") :].splitlines()[1:]
+    return {line.split()[0]: line for line in lines if ":" in line and "ok=" in line}
+
+
+def test_an_offline_converge_asks_the_mirrors_first_and_installs_from_them(
+    mirror: dict[str, Any], testbed: Any, tmp_path: Path
+) -> None:
+    """kubegpu_offline on testbed nodes: with a digest the registry lacks, preflight stops on
+    the controller naming it and no node is contacted; with the mirrors complete, the toolkit
+    layer installs from the testbed's signed repository (the mirror), and the next run changes
+    nothing. The images are asked of the loopback registry; the packages of the mirror the
+    nodes use."""
+    node = testbed.node_names[0]
+    ssh = lambda script: subprocess.run(  # noqa: E731
+        testbed.ssh_argv(node, script), capture_output=True, text=True, timeout=300
+    )
+    address = mirror["registry"].address
+    offline = {
+        "kubegpu_offline": True,
+        "kubegpu_artifacts_plain_http_registries": [address],
+        "gpu_cluster_image_registry": address,
+        "gpu_cluster_device_plugin_digest": mirror["digests"]["k8s-device-plugin"][0],
+        "gpu_cluster_dcgm_exporter_digest": mirror["digests"]["dcgm-exporter"][0],
+        "gpu_tenancy_workload_image_registry": address,
+        "gpu_tenancy_workload_pytorch_image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime@"
+        + mirror["digests"]["pytorch"][0],
+    }
+    try:
+        other = "sha256:" + "2" * 64
+        bad = _site(testbed, node, tmp_path, dict(offline, gpu_cluster_dcgm_exporter_digest=other))
+        assert bad.returncode != 0
+        assert f"missing image {address}/nvidia/k8s/dcgm-exporter:" in bad.stdout, bad.stdout[
+            -3000:
+        ]
+        assert node not in _recap(bad.stdout), bad.stdout[-2000:]
+
+        good = _site(testbed, node, tmp_path, offline)
+        assert good.returncode == 0, good.stdout[-4000:]
+        source = ssh(f"cat {TOOLKIT_FILES[0]}").stdout
+        uris = [
+            line.split(":", 1)[1].strip()
+            for line in source.splitlines()
+            if line.startswith("URIs:")
+        ]
+        assert uris == [testbed.vendor_repo_url + "/stable/deb/$(ARCH)"], source
+        versions = ssh("dpkg-query -W -f='${Package} ${Version}\\n' " + " ".join(TOOLKIT)).stdout
+        assert sorted(versions.split("\n")[:-1]) == sorted(f"{p} 1.18.0-1" for p in TOOLKIT)
+        again = _site(testbed, node, tmp_path, offline)
+        assert again.returncode == 0, again.stdout[-3000:]
+        assert "changed=0" in _recap(again.stdout)[node], again.stdout[-3000:]
+    finally:
+        # Leave the node as the other tests expect it: no toolkit, no repository of the role's.
+        ssh(
+            f"printf '%s purge\\n' {' '.join(TOOLKIT)} | dpkg --set-selections 2>/dev/null; "
+            f"dpkg --purge {' '.join(TOOLKIT)} >/dev/null 2>&1; rm -f {' '.join(TOOLKIT_FILES)} "
+            "/var/lib/kubegpu/keys/kubegpu-nvidia-container-toolkit.*"
+        )
