@@ -254,11 +254,11 @@ def decide(p, node, diff=False):
         self_labels={},
     )
     problems = input_problems(p, flavor)
-    if p.get("restart_marker") and not os.path.isabs(p["restart_marker"]):
-        problems.append(
-            "restart_marker: %r must be an absolute path (or empty to keep no marker)"
-            % p["restart_marker"]
-        )
+    for option in ("restart_marker", "record_path"):
+        if p.get(option) and not PLAIN_ABSOLUTE_PATH.fullmatch(p[option]):
+            problems.append(
+                "%s: %r must be a plain absolute path (or empty to keep none)" % (option, p[option])
+            )
     release = check_version(p, node, flavor, result, problems)
     if release is not None:
         result["kubelet_version"] = "%d.%d" % release

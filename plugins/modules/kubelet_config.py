@@ -319,6 +319,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.gpu.plugins.module_utils.files import (
+    PLAIN_ABSOLUTE_PATH,
     mark_restart_pending,
     read_record,
     write_atomic,
@@ -342,6 +343,12 @@ def reset(module):
     """state=absent: undo, file by file, what the record says kubegpu changed, keeping every
     entry someone changed since; then drop the record."""
     result = dict(changed=False, files=[], removed=[], kept=[], restart_needed=False)
+    for option in ("restart_marker", "record_path"):
+        value = module.params[option]
+        if value and not PLAIN_ABSOLUTE_PATH.fullmatch(value):
+            module.fail_json(
+                msg="%s: %r must be a plain absolute path (or empty to keep none)" % (option, value)
+            )
     path = module.params["record_path"]
     marker = module.params["restart_marker"]
     record = read_record(module, path)

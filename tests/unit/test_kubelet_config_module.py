@@ -35,6 +35,10 @@ ARGS = {
 
 
 def run_module(repo_root: Path, args: dict, *flags: str) -> dict:
+    # The record of what the module changed goes beside the files it changes, never to /etc.
+    paths = [args[k] for k in ("config_path", "extra_args_path") if args.get(k)]
+    if paths and "record_path" not in args:
+        args = dict(args, record_path=str(Path(paths[0]).parent / "kubegpu_kubelet.fact"))
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(repo_root / "ansible.cfg"),

@@ -165,6 +165,9 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[Any, Any]]
         "change-check": Case(kubeadm("change-check"), ("--check", "--diff"), setup=False),
         "home": Case(k3s("home", binary="~/no-such/k3s")),
     }
+    # The module's record of what it changed goes beside each case's files, never to /etc.
+    for name, case in table.items():
+        case.args.setdefault("record_path", str(tmp / "records" / f"{name}.fact"))
     with ThreadPoolExecutor(max_workers=4) as pool:
         done = pool.map(lambda item: item[1].run(tmp / item[0]), table.items())
         return dict(zip(table, done, strict=True))

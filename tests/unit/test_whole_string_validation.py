@@ -389,6 +389,20 @@ VALIDATORS = [
         "4" * BIG,
     ),
     Validator(
+        "tenant_dra_device_class",
+        "gpu_tenancy_tenants[0] (team-a).devices.",
+        lambda v: tenancy({"tenants": [{"name": "team-a", "devices": {v: "1"}}]}),
+        ("gpu.nvidia.com",),
+        "g" * BIG + ".nvidia.com",
+    ),
+    Validator(
+        "tenant_dra_device_count",
+        "gpu_tenancy_tenants[0] (team-a).devices.gpu.nvidia.com",
+        lambda v: tenancy({"tenants": [{"name": "team-a", "devices": {"gpu.nvidia.com": v}}]}),
+        ("2",),
+        "2" * BIG,
+    ),
+    Validator(
         "tenancy_pod_security_version",
         "gpu_tenancy_pod_security_version",
         lambda v: tenancy({"pod_security_version": v}),
