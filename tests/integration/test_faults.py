@@ -587,6 +587,17 @@ Description=kubegpu TEST STAND-IN for NVIDIA's nvidia-dcgm host engine (no GPU h
 ExecStart=/bin/sleep infinity
 """
 STOPPED_FILE = "/var/lib/kubegpu/upgrade-stopped-services.json"
+# Holds a node's shutdown 5 s (a unit whose stop sleeps), so that a test sees it going down.
+SLOW_SHUTDOWN = """\
+[Unit]
+Description=kubegpu TEST STAND-IN: a service that takes 5 s to stop
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/true
+ExecStop=/bin/sleep 5
+"""
 
 
 @pytest.mark.apiserver
@@ -747,9 +758,13 @@ def test_controller_killed_while_the_node_reboots_resumes_and_brings_the_consume
         node, {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None}}}
     )
     unit = "/etc/systemd/system/nvidia-dcgm.service"
-    _write(testbed, node, {unit: STAND_IN_DCGM})
+    slow = "/etc/systemd/system/kubegpu-test-slow-shutdown.service"
+    _write(testbed, node, {unit: STAND_IN_DCGM, slow: SLOW_SHUTDOWN})
     _ssh(
-        testbed, node, f"rm -f {STOPPED_FILE}; systemctl daemon-reload; systemctl start nvidia-dcgm"
+        testbed,
+        node,
+        f"rm -f {STOPPED_FILE}; systemctl daemon-reload; "
+        "systemctl start nvidia-dcgm kubegpu-test-slow-shutdown",
     )
     booted = _boot_id(testbed, node)
     reboot = {
@@ -763,15 +778,19 @@ def test_controller_killed_while_the_node_reboots_resumes_and_brings_the_consume
         for line in first.stdout:
             seen.append(line)
             if line.startswith("TASK [Reboot the node to load the new kernel module]"):
-                # Killed once the node is going down: its SSH answers no more.
+                # Killed once the node is going down (its shutdown held 5 s by a stand-in
+                # unit): its SSH answers no more, or it already booted again.
                 deadline = time.monotonic() + 60
                 while time.monotonic() < deadline:
                     probe = subprocess.run(
-                        testbed.ssh_argv(node, "true"), capture_output=True, timeout=30
+                        testbed.ssh_argv(node, "cat /proc/sys/kernel/random/boot_id"),
+                        capture_output=True,
+                        text=True,
+                        timeout=30,
                     )
-                    if probe.returncode != 0:
+                    if probe.returncode != 0 or probe.stdout.strip() != booted:
                         break
-                    time.sleep(0.2)
+                    time.sleep(0.1)
                 os.killpg(first.pid, signal.SIGKILL)
                 break
         first.communicate(timeout=60)
@@ -803,7 +822,7 @@ def test_controller_killed_while_the_node_reboots_resumes_and_brings_the_consume
         _ssh(
             testbed,
             node,
-            f"systemctl stop nvidia-dcgm || true; rm -f {unit} {STOPPED_FILE}; "
+            f"systemctl stop nvidia-dcgm || true; rm -f {unit} {slow} {STOPPED_FILE}; "
             "systemctl daemon-reload",
         )
         core.patch_node(
