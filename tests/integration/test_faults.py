@@ -485,15 +485,14 @@ def _upgrade(
     )
 
 
-@pytest.mark.apiserver
-def test_controller_killed_after_cordon_resumes_and_finishes_the_node(
-    testbed: Any, request: pytest.FixtureRequest, tmp_path: Path
-) -> None:
-    from kubernetes import client
-
+def _upgrade_target(testbed: Any, request: pytest.FixtureRequest) -> tuple[Any, Any, str]:
+    """(the test API server, its CoreV1Api, the testbed node with a simulated GPU), the node
+    registered there uncordoned and without an upgrade record."""
     if not HAVE_APISERVER:
         pytest.skip("tests/apiserver/fixture.py is not available")
     server = request.getfixturevalue("kube_apiserver")
+    from kubernetes import client
+
     gpu_nodes = [n.name for n in testbed.nodes if n.simulated_gpu]
     if not gpu_nodes:
         pytest.skip("needs a testbed node with a simulated GPU")
@@ -504,6 +503,14 @@ def test_controller_killed_after_cordon_resumes_and_finishes_the_node(
     core.patch_node(
         node, {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None}}}
     )
+    return server, core, node
+
+
+@pytest.mark.apiserver
+def test_controller_killed_after_cordon_resumes_and_finishes_the_node(
+    testbed: Any, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    server, core, node = _upgrade_target(testbed, request)
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -608,21 +615,7 @@ def test_controller_killed_after_the_gpu_consumers_stopped_starts_them_on_resume
     but not enabled, as a host engine started by hand is) before the driver changes; the
     controller is SIGKILLed the moment the unit stops. The resumed run finds it stopped, and
     starts it again from what the node remembered; nothing of it is left behind."""
-    if not HAVE_APISERVER:
-        pytest.skip("tests/apiserver/fixture.py is not available")
-    server = request.getfixturevalue("kube_apiserver")
-    from kubernetes import client
-
-    gpu_nodes = [n.name for n in testbed.nodes if n.simulated_gpu]
-    if not gpu_nodes:
-        pytest.skip("needs a testbed node with a simulated GPU")
-    node = gpu_nodes[0]
-    core = client.CoreV1Api(server.client())
-    if node not in {n.metadata.name for n in core.list_node().items}:
-        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
-    core.patch_node(
-        node, {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None}}}
-    )
+    server, core, node = _upgrade_target(testbed, request)
     unit = "/etc/systemd/system/nvidia-dcgm.service"
     _write(testbed, node, {unit: STAND_IN_DCGM})
     _ssh(
@@ -742,21 +735,7 @@ def test_controller_killed_while_the_node_reboots_resumes_and_brings_the_consume
     controller is SIGKILLed while the node goes down. The node boots without the STAND-IN
     nvidia-dcgm unit (started by hand, not enabled); the resumed run reboots it again, proves
     it, starts the unit from what the node remembered and uncordons it."""
-    if not HAVE_APISERVER:
-        pytest.skip("tests/apiserver/fixture.py is not available")
-    server = request.getfixturevalue("kube_apiserver")
-    from kubernetes import client
-
-    gpu_nodes = [n.name for n in testbed.nodes if n.simulated_gpu]
-    if not gpu_nodes:
-        pytest.skip("needs a testbed node with a simulated GPU")
-    node = gpu_nodes[0]
-    core = client.CoreV1Api(server.client())
-    if node not in {n.metadata.name for n in core.list_node().items}:
-        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
-    core.patch_node(
-        node, {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None}}}
-    )
+    server, core, node = _upgrade_target(testbed, request)
     unit = "/etc/systemd/system/nvidia-dcgm.service"
     slow = "/etc/systemd/system/kubegpu-test-slow-shutdown.service"
     _write(testbed, node, {unit: STAND_IN_DCGM, slow: SLOW_SHUTDOWN})
