@@ -160,7 +160,15 @@ def play(
 ) -> dict:
     path = tmp_path / f"play-{len(list(tmp_path.glob('play-*')))}.yml"
     path.write_text(text)
-    vars_file = path.with_suffix(".vars.json")
+    return run_playbook(repo_root, inventory, tmp_path, path, extra_vars, *flags)
+
+
+def run_playbook(
+    repo_root: Path, inventory: Path, tmp_path: Path, path: Path, extra_vars: dict, *flags: str
+) -> dict:
+    """ansible-playbook PATH with extra_vars (written to a file in tmp_path): its JSON report,
+    with its exit code as "rc"."""
+    vars_file = tmp_path / f"vars-{len(list(tmp_path.glob('vars-*')))}.json"
     vars_file.write_text(json.dumps(extra_vars))
     proc = subprocess.run(
         [PLAYBOOK, "-i", str(inventory), str(path), "-e", f"@{vars_file}", *flags],
@@ -498,30 +506,14 @@ def test_reset_undoes_only_kubegpus_part_and_keeps_later_edits(
 
 def _reset(repo_root: Path, inventory: Path, tmp_path: Path, node: str) -> dict:
     """playbooks/reset.yml, its kubelet layer only, on one node."""
-    vars_file = tmp_path / f"reset-{len(list(tmp_path.glob('reset-*')))}.json"
-    vars_file.write_text(json.dumps({"kubegpu_reset_confirm": True}))
-    proc = subprocess.run(
-        [
-            PLAYBOOK,
-            "-i",
-            str(inventory),
-            str(repo_root / "playbooks/reset.yml"),
-            "--tags",
-            "kubelet",
-            "--limit",
-            node,
-            "-e",
-            f"@{vars_file}",
-        ],
-        cwd=repo_root,
-        env=_env(repo_root),
-        capture_output=True,
-        text=True,
-        timeout=600,
+    return run_playbook(
+        repo_root,
+        inventory,
+        tmp_path,
+        repo_root / "playbooks/reset.yml",
+        {"kubegpu_reset_confirm": True},
+        "--tags",
+        "kubelet",
+        "--limit",
+        node,
     )
-    try:
-        report = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"reset printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    report["rc"] = proc.returncode
-    return report
