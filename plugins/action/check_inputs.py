@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.kubegpu.gpu.plugins.plugin_utils import inputs
+from ansible_collections.kubegpu.gpu.plugins.module_utils.k8s_values import coerce_bool
+from ansible_collections.kubegpu.gpu.plugins.plugin_utils import inputs, mirrors
 
 # The collection's roles: plugins/action/ -> the collection (or the checkout) -> roles/.
 ROLES = Path(__file__).resolve().parents[2] / "roles"
@@ -73,6 +74,8 @@ class ActionModule(ActionBase):
             # Values built from what only a host can tell (its facts): the roles check them.
             unread=sorted(set(unread)),
         )
+        if scope == "nodes":
+            self._controller_left_out(task_vars, group, result, problems)
         checked = "" if scope == "nodes" else " and the cluster layer"
         result["msg"] = (
             "\n".join(problems)
@@ -80,6 +83,28 @@ class ActionModule(ActionBase):
             else f"the inputs of {len(nodes)} GPU node(s){checked} are valid"
         )
         return result
+
+    def _controller_left_out(
+        self,
+        task_vars: t.Mapping[str, t.Any],
+        group: str,
+        result: dict[str, t.Any],
+        problems: list[str],
+    ) -> None:
+        """When a --limit left out localhost, the play on the controller that checks every
+        layer (and, with kubegpu_offline, the mirrors) did not run: say so, and ask the mirrors
+        here. kubegpu's CLI and API keep localhost in a limit."""
+        controller = task_vars.get("hostvars", {}).get("localhost") or {}
+        if not task_vars.get("ansible_limit") or "__kubegpu_inputs" in controller:
+            return
+        result["warnings"] = [
+            f"--limit {task_vars['ansible_limit']} leaves out localhost: the controller's plays"
+            " (the inputs of the cluster layer, the cluster layer itself) do not run; add"
+            " localhost to the limit to run them (kubegpu's CLI and API keep it)"
+        ]
+        if coerce_bool(self._templar.template(task_vars.get("kubegpu_offline", False))) is True:
+            found = mirrors.check(task_vars, self._templar.template, group)
+            problems.extend([found["msg"]] if found.get("failed") else found["problems"])
 
     def _given(
         self, variables: t.Mapping[str, t.Any], roles: t.Sequence[str], unread: list[str]

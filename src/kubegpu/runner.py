@@ -148,6 +148,37 @@ def _one_inventory(inventory: str | Path | Mapping[str, Any], workdir: Path) -> 
     return str(path.resolve())
 
 
+def keep_controller(limit: str, sources: list[str], workdir: Path) -> str:
+    """Ansible's --limit, with the controller kept in it. kubegpu's playbooks run their checks
+    of every input, the offline artifact check and the cluster layer in plays on localhost, and
+    a plain limit (``gpu1``) leaves those out. The limit is resolved against the inventory here
+    and handed to Ansible as a file of the hosts it selects, plus localhost. Raises InputError
+    when the limit is malformed or selects no host."""
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    inventory = InventoryManager(loader=DataLoader(), sources=sources)
+    try:
+        inventory.subset(limit)
+        names = [host.name for host in inventory.get_hosts("all")]
+    except AnsibleError as exc:
+        raise InputError(
+            "limit", f"{limit!r} is not a host pattern: {exc}", _LIMIT_ALLOWED
+        ) from exc
+    if not names:
+        raise InputError("limit", f"{limit!r} selects no host of the inventory", _LIMIT_ALLOWED)
+    path = workdir / "limit"
+    kept = [name for name in names if name != "localhost"] + ["localhost"]
+    path.write_text("".join(f"{name}\n" for name in kept))
+    return f"@{path}"
+
+
+_LIMIT_ALLOWED = (
+    "an Ansible host pattern that selects at least one host (gpu1, 'gpu*', 'all:!gpu2')"
+)
+
+
 STRATEGY_VARIABLE = "KUBEGPU_STRATEGY"
 STRATEGIES = ("kubegpu", "linear", "mitogen")
 
@@ -309,6 +340,8 @@ def run_playbook(
 
     try:
         inventory_arg = _prepare_inventory(inventory, workdir)
+        if limit:
+            limit = keep_controller(limit, inventory_arg, workdir)
         cmdline = " ".join(flag for flag, on in (("--check", check), ("--diff", diff)) if on)
         runner = ansible_runner.run(
             private_data_dir=str(workdir),

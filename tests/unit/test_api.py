@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import re
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -289,3 +293,58 @@ def test_a_mapping_inventory_with_a_secret_is_refused_before_anything_is_written
 )
 def test_names_that_only_sound_like_secrets_pass(name: str) -> None:
     assert runner._check_extra_vars({name: "x"}) == {name: "x"}
+
+
+def _two_nodes(tmp_path: Path) -> str:
+    path = tmp_path / "hosts.yml"
+    path.write_text(
+        "gpu_nodes:\n  hosts:\n    gpu1: {ansible_host: 192.0.2.1}\n    gpu2: {ansible_host: 192.0.2.2}\n"
+    )
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("limit", "hosts"),
+    [
+        ("gpu1", ["gpu1"]),
+        ("all:!gpu2", ["gpu1"]),
+        ("gpu*", ["gpu1", "gpu2"]),
+        ("gpu2,localhost", ["gpu2"]),
+    ],
+)
+def test_a_limit_keeps_the_controller_plays(tmp_path: Path, limit: str, hosts: list[str]) -> None:
+    """The limit becomes a file of the hosts it selects, plus localhost; ansible-playbook then
+    lists localhost for the controller plays (input checks, cluster layer) and only the
+    selected nodes for the node plays."""
+    inventory = _two_nodes(tmp_path)
+    kept = runner.keep_controller(limit, [inventory], tmp_path)
+    assert kept == f"@{tmp_path / 'limit'}"
+    assert (tmp_path / "limit").read_text().split() == [*hosts, "localhost"]
+    content = find_content()
+    listed = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "--list-hosts",
+            "-i",
+            inventory,
+            "--limit",
+            kept,
+            str(content.root / "site.yml"),
+        ],
+        env={**os.environ, **runner._environment(content)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    plays = re.findall(r"pattern: \['(\w+)'\]\n\s+hosts \(\d+\):\n((?:\s{6}\S+\n)*)", listed)
+    assert len(plays) >= 7, listed
+    for pattern, block in plays:
+        assert sorted(block.split()) == (["localhost"] if pattern == "localhost" else hosts), listed
+
+
+@pytest.mark.parametrize("limit", ["gpu9", "nothere*", "localhost"])
+def test_a_limit_that_selects_no_node_is_bad_input(tmp_path: Path, limit: str) -> None:
+    with pytest.raises(InputError) as info:
+        runner.keep_controller(limit, [_two_nodes(tmp_path)], tmp_path)
+    assert info.value.variable == "limit" and "selects no host" in str(info.value)
+    assert not (tmp_path / "limit").exists()

@@ -231,3 +231,32 @@ def test_the_node_play_checks_every_node_once_before_any_role(tmp_path: Path) ->
     assert report["stats"]["n1"]["failures"] == 1
     assert report["stats"]["n2"]["ok"] == 1
     assert report["stats"]["n2"]["changed"] == 0
+
+
+def test_a_limit_without_localhost_is_named_and_the_offline_check_still_runs(
+    tmp_path: Path,
+) -> None:
+    """Plain ansible-playbook with --limit n1 leaves out the controller's plays. The node play's
+    check says so, and with kubegpu_offline asks the mirrors itself (here a loopback port where
+    nothing listens), so an air-gapped run stops before any role's task."""
+    closed = f"127.0.0.1:{NODE['ansible_port']}"
+    offline = {
+        "kubegpu_offline": True,
+        "gpu_cluster_image_registry": closed,
+        "gpu_tenancy_workload_image_registry": closed,
+        "kubegpu_artifacts_plain_http_registries": [closed],
+        "nvidia_container_toolkit_repo_url": f"http://{closed}/apt",
+    }
+    play = [{"ansible.builtin.import_playbook": str(REPO / "playbooks" / "nodes.yml")}]
+    for variables, rc in (({}, 0), (offline, 2)):
+        hosts = {"n1": dict(variables), "n2": dict(variables)}
+        done = run_playbook(
+            tmp_path, play, hosts, "--limit", "n1", "--tags", "none", group="gpu_nodes"
+        )
+        assert done[0] == rc, done[2][-2000:]
+        checked = done[1]["plays"][0]["tasks"][1]["hosts"]["n1"]
+        [warning] = checked["warnings"]
+        assert warning.startswith("--limit n1 leaves out localhost: the controller's plays")
+        missing = [p for p in checked["problems"] if p.startswith("missing image ")]
+        assert bool(missing) == bool(variables), checked["problems"]
+        assert all(closed in p for p in missing)
