@@ -1,4 +1,5 @@
-"""playbooks/reset.yml on a testbed node, against the test Kubernetes API server.
+"""playbooks/reset.yml on a testbed node, against the test cluster's real control plane
+(tests/cluster: kube-apiserver 1.37 with its controllers).
 
 What reset must find is put in place first: in the cluster, objects labelled as kubegpu's
 (as the gpu_cluster role labels them) next to foreign ones; on the node, the containerd files
@@ -18,12 +19,7 @@ import pytest
 
 from tests.integration import ansible_json
 
-try:
-    from tests.apiserver.fixture import kube_apiserver  # noqa: F401 - the session fixture
-except ImportError:  # pragma: no cover - the server is built by another part
-    pytest.skip("tests/apiserver/fixture.py is not available", allow_module_level=True)
-
-pytestmark = [pytest.mark.integration, pytest.mark.apiserver]
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 REPO = Path(__file__).resolve().parents[2]
 OURS = {"app.kubernetes.io/managed-by": "kubegpu", "app.kubernetes.io/part-of": "kubegpu"}
@@ -79,7 +75,7 @@ def _runtime_class(name: str, labels: dict[str, str]) -> dict[str, Any]:
 
 
 def test_reset_refuses_without_confirmation_and_removes_only_what_kubegpu_made(
-    testbed: Any, kube_apiserver: Any, tmp_path: Path
+    testbed: Any, kube_cluster: Any, tmp_path: Path
 ) -> None:
     from kubernetes import client
 
@@ -95,11 +91,11 @@ def test_reset_refuses_without_confirmation_and_removes_only_what_kubegpu_made(
         f"printf '%s' '{FOREIGN}' > /etc/containerd/conf.d/50-other.toml",
     )
     assert setup.returncode == 0, setup.stderr
-    api = kube_apiserver.client()
+    api = kube_cluster.client()
     nodeapi = client.NodeV1Api(api)
     nodeapi.create_runtime_class(_runtime_class("nvidia", OURS))
     nodeapi.create_runtime_class(_runtime_class("kata", {"team": "infra"}))
-    kubeconfig = str(kube_apiserver.kubeconfig)
+    kubeconfig = str(kube_cluster.kubeconfig)
     tags = ["--tags", "cluster,runtime", "--limit", f"{node},localhost"]
 
     # Without confirmation: a clear failure, and nothing changed anywhere.
