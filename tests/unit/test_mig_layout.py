@@ -10,10 +10,15 @@ import pytest
 from ansible_collections.kubegpu.gpu.plugins.module_utils import mig_layout as mig
 
 DATA = Path(__file__).resolve().parent / "data" / "mig"
+# The ones the SIMULATED GPU replays ship in the package.
+PACKAGED = Path(__file__).resolve().parents[2] / "src" / "kubegpu" / "captures" / "nvidia-smi-mig"
 
 
 def read(name: str) -> str:
-    return (DATA / name).read_text(encoding="utf-8")
+    path = DATA / name
+    if not path.exists():
+        path = PACKAGED / name
+    return path.read_text(encoding="utf-8")
 
 
 def test_every_capture_has_a_source_row_and_is_parsed_here() -> None:
@@ -41,7 +46,7 @@ def test_every_capture_has_a_source_row_and_is_parsed_here() -> None:
             ],
         ),
         (
-            "h100-pcie-525-lgip.txt",
+            "scaleway-h100-pcie-525-lgip.txt",
             [
                 ("1g.10gb", 19, 7, 7, 1),
                 ("1g.10gb+me", 20, 1, 1, 1),
@@ -70,12 +75,12 @@ def test_parse_gi_profiles(name: str, expected: list[tuple[str, int, int, int, i
 
 
 def test_parse_gi_profiles_memory_and_sm() -> None:
-    seven = mig.parse_gi_profiles(read("h100-pcie-525-lgip.txt"))[0][-1]
+    seven = mig.parse_gi_profiles(read("scaleway-h100-pcie-525-lgip.txt"))[0][-1]
     assert seven["memory_gib"] == 79.0 and seven["sm"] == 114 and seven["p2p"] == "No"
 
 
 def test_parse_gi_placements() -> None:
-    h100 = mig.parse_gi_placements(read("h100-pcie-525-lgipp.txt"))[0]
+    h100 = mig.parse_gi_placements(read("scaleway-h100-pcie-525-lgipp.txt"))[0]
     assert h100[19] == {"starts": [0, 1, 2, 3, 4, 5, 6], "size": 1}
     assert h100[15] == {"starts": [0, 2, 4, 6], "size": 2}
     assert h100[9] == {"starts": [0, 4], "size": 4}
@@ -142,7 +147,7 @@ def _profiles(name: str) -> dict[int, list[dict[str, object]]]:
     return mig.parse_gi_profiles(read(name))
 
 
-H100 = "h100-pcie-525-lgip.txt"
+H100 = "scaleway-h100-pcie-525-lgip.txt"
 A100 = "a100-sxm4-40gb-lgip.txt"
 
 
@@ -217,7 +222,7 @@ def test_validation_names_the_profile_the_gpu_and_what_it_offers() -> None:
 
 def test_validation_refuses_counts_that_do_not_fit() -> None:
     profiles = _profiles(H100)
-    placements = mig.parse_gi_placements(read("h100-pcie-525-lgipp.txt"))
+    placements = mig.parse_gi_placements(read("scaleway-h100-pcie-525-lgipp.txt"))
     too_many = {0: {"mig_enabled": True, "mig_devices": {"3g.40gb": 3}}}
     assert mig.validate(too_many, profiles, placements, {0: "H100"}, "c") == [
         "MIG layout 'c': GPU 0 (H100) offers at most 2 of 3g.40gb, 3 asked"
@@ -313,7 +318,7 @@ def test_capture_messages_agree_with_the_parsed_tables() -> None:
     assert read("h100-pcie-525-dci-dgi.txt").count("Successfully destroyed GPU instance") == len(
         listed
     )
-    assert read("h100-pcie-525-L-3g40gb-3x1g10gb.txt").count("  MIG ") == len(listed)
-    assert read("h100-pcie-525-query-mig-mode-current.csv").splitlines()[1].endswith("Enabled")
+    assert read("scaleway-h100-pcie-525-L-3g40gb-3x1g10gb.txt").count("  MIG ") == len(listed)
+    assert read("scaleway-h100-pcie-525-query-mig-mode-current.csv").splitlines()[1].endswith("Enabled")
     assert read("h100-pcie-525-mig-1.txt").startswith("Enabled MIG Mode for GPU")
     assert read("h100-pcie-525-mig-0.txt").startswith("Disabled MIG Mode for GPU")

@@ -14,8 +14,9 @@ with its source in SOURCES.md there), and says that it is a simulation everywher
   /proc/modules, /proc/driver/nvidia/version, /dev/nvidia*) consistent with the capture, with a
   ``SIMULATED-GPU-README`` at its top.
 
-A capture is named by the stem of a file in nvidia-smi-xml/ (``telegraf-tesla-t4-515``) or by
-one of FAILURE_CAPTURES (``no-driver``), or given as a path to an nvidia-smi XML file.
+A capture is named by the stem of a file in nvidia-smi-xml/ (``telegraf-tesla-t4-515``), by
+one of FAILURE_CAPTURES (``no-driver``) or MIG_CAPTURES (``scaleway-h100-pcie-525-mig``: a
+stateful MIG GPU, see nvidia_smi_replay.py), or given as a path to an nvidia-smi XML file.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 
 __all__ = [
     "FAILURE_CAPTURES",
+    "MIG_CAPTURES",
     "README_NAME",
     "REPLAY_SCRIPT",
     "Capture",
@@ -55,6 +57,24 @@ FAILURE_CAPTURES: dict[str, tuple[str, int]] = {
 }
 
 
+# MIG captures: one machine's real `nvidia-smi mig -lgip`, `-lgipp`, `-L` and `--query-gpu` (in
+# nvidia-smi-mig/), the file names the capture set gives them, and the facts the host root needs
+# (driver version and PCI device id, read from the same page's nvidia-smi table and the PCI ID
+# of an H100 PCIe, 0x2331).
+MIG_CAPTURES: dict[str, dict[str, Any]] = {
+    "scaleway-h100-pcie-525-mig": {
+        "files": {
+            "mig-lgip.txt": "nvidia-smi-mig/scaleway-h100-pcie-525-lgip.txt",
+            "mig-lgipp.txt": "nvidia-smi-mig/scaleway-h100-pcie-525-lgipp.txt",
+            "list.txt": "nvidia-smi-mig/scaleway-h100-pcie-525-L-3g40gb-3x1g10gb.txt",
+            "query-gpu.csv": "nvidia-smi-mig/scaleway-h100-pcie-525-query-mig-mode-current.csv",
+        },
+        "driver_version": "525.125.06",
+        "pci_device_id": "2331",
+    },
+}
+
+
 class CaptureError(ValueError):
     """A capture name or path that does not lead to a real capture."""
 
@@ -66,7 +86,7 @@ class Capture:
     name: str
     path: Path
     source: str
-    kind: str  # "xml" or "failure"
+    kind: str  # "xml", "failure" or "mig"
     rc: int = 0
 
 
@@ -105,13 +125,20 @@ def resolve_capture(capture: str, fixtures: Path | None = None) -> Capture:
         if not path.is_file():
             raise CaptureError(f"failure capture {capture!r}: {path} is missing")
         return Capture(capture, path, _source_of(root, rel), "failure", rc)
+    if capture in MIG_CAPTURES:
+        root = fixtures or find_fixtures()
+        rel = MIG_CAPTURES[capture]["files"]["mig-lgip.txt"]
+        for needed in MIG_CAPTURES[capture]["files"].values():
+            if not (root / needed).is_file():
+                raise CaptureError(f"MIG capture {capture!r}: {root / needed} is missing")
+        return Capture(capture, root / rel, _source_of(root, rel), "mig")
     as_path = Path(capture)
     if as_path.suffix == ".xml" and as_path.is_file():
         return Capture(as_path.stem, as_path.resolve(), str(as_path.resolve()), "xml")
     root = fixtures or find_fixtures()
     path = root / "nvidia-smi-xml" / f"{capture}.xml"
     if not path.is_file():
-        known = ", ".join(list_captures(root))
+        known = ", ".join([*list_captures(root), *MIG_CAPTURES])
         raise CaptureError(f"capture {capture!r} is not a real capture; known: {known}")
     return Capture(capture, path, _source_of(root, f"nvidia-smi-xml/{path.name}"), "xml")
 
@@ -132,9 +159,15 @@ def write_capture_set(
         "kind": found.kind,
         "rc": found.rc,
     }
+    if found.kind == "mig":
+        root = fixtures or find_fixtures()
+        manifest["driver_version"] = MIG_CAPTURES[found.name]["driver_version"]
+        for target, rel in MIG_CAPTURES[found.name]["files"].items():
+            shutil.copyfile(root / rel, dest / target)
+    else:
+        target = "query.xml" if found.kind == "xml" else "failure.txt"
+        shutil.copyfile(found.path, dest / target)
     (dest / "capture.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    target = "query.xml" if found.kind == "xml" else "failure.txt"
-    shutil.copyfile(found.path, dest / target)
     if list_text is not None:
         shutil.copyfile(list_text, dest / "list.txt")
     return dest
@@ -201,6 +234,51 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+def _xml_gpus(path: Path) -> list[dict[str, Any]]:
+    """The PCI facts of each GPU of an nvidia-smi XML capture."""
+    gpus = []
+    for index, gpu in enumerate(ET.parse(path).getroot().findall("gpu")):
+        bus_id = _text(gpu, "pci/pci_bus_id") or gpu.get("id") or ""
+        ids = (_text(gpu, "pci/pci_device_id") or "").lower()
+        base_class, sub_class = _text(gpu, "pci/pci_base_class"), _text(gpu, "pci/pci_sub_class")
+        minor = _text(gpu, "minor_number")
+        sub = (_text(gpu, "pci/pci_sub_system_id") or "").lower()
+        gpus.append(
+            {
+                "bdf": _sysfs_bdf(bus_id),
+                "vendor": ids[4:8],
+                "device": ids[0:4],
+                "class": f"0x{int(base_class or 3):02x}{int(sub_class or 2):02x}00",
+                "class_assumed": base_class is None,
+                "subsystem": sub if len(sub) == 8 else "",
+                "minor": int(minor) if minor is not None else index,
+                "mig": _text(gpu, "mig_mode/current_mig") == "Enabled",
+            }
+        )
+    return gpus
+
+
+def _mig_gpus(name: str, fixtures: Path) -> tuple[list[dict[str, Any]], str]:
+    """The PCI facts of the GPUs of a MIG capture (bus ids from its --query-gpu CSV)."""
+    spec = MIG_CAPTURES[name]
+    csv = (fixtures / spec["files"]["query-gpu.csv"]).read_text(encoding="utf-8")
+    rows = [r for r in csv.splitlines()[1:] if r.strip()]
+    gpus = [
+        {
+            "bdf": _sysfs_bdf(row.split(",")[0].strip()),
+            "vendor": "10de",
+            "device": spec["pci_device_id"],
+            "class": "0x030200",
+            "class_assumed": False,
+            "subsystem": "",
+            "minor": index,
+            "mig": False,
+        }
+        for index, row in enumerate(rows)
+    ]
+    return gpus, str(spec["driver_version"])
+
+
 # Top-level folders a simulated host root can borrow from the real system, so that the layers
 # above the GPU (toolkit, runtime configs, kubelet) are read from where they really are.
 REAL_ROOT_LINKS = ("etc", "usr", "var", "run", "opt")
@@ -245,43 +323,40 @@ def build_simulated_host_root(
         "flavor": None,
     }
     derived: list[str] = []
-    if found.kind == "xml":
-        root = ET.parse(found.path).getroot()
-        version = _text(root, "driver_version") or ""
+    if found.kind in ("xml", "mig"):
+        if found.kind == "xml":
+            gpus = _xml_gpus(found.path)
+            version = _text(ET.parse(found.path).getroot(), "driver_version") or ""
+        else:
+            gpus, version = _mig_gpus(found.name, fixtures or find_fixtures())
+            derived.append(
+                "the GPU's PCI class (3D controller) and subsystem ids are not in the MIG "
+                "capture; MIG starts disabled, as on the captured machine before `-mig 1`"
+            )
         info["driver_version"] = version
         info["flavor"] = flavor
         (dest / "sys/bus/pci/drivers/nvidia").mkdir(parents=True, exist_ok=True)
         minors = []
-        for index, gpu in enumerate(root.findall("gpu")):
-            bus_id = _text(gpu, "pci/pci_bus_id") or gpu.get("id") or ""
-            bdf = _sysfs_bdf(bus_id)
-            ids = (_text(gpu, "pci/pci_device_id") or "").lower()
-            sub = (_text(gpu, "pci/pci_sub_system_id") or "").lower()
-            base_class, sub_class = (
-                _text(gpu, "pci/pci_base_class"),
-                _text(gpu, "pci/pci_sub_class"),
-            )
-            pci_class = f"0x{int(base_class or 3):02x}{int(sub_class or 2):02x}00"
-            device_dir = dest / "sys/bus/pci/devices" / bdf
-            _write(device_dir / "vendor", f"0x{ids[4:8]}\n")
-            _write(device_dir / "device", f"0x{ids[0:4]}\n")
-            _write(device_dir / "class", pci_class + "\n")
-            if len(sub) == 8:
-                _write(device_dir / "subsystem_vendor", f"0x{sub[4:8]}\n")
-                _write(device_dir / "subsystem_device", f"0x{sub[0:4]}\n")
+        for gpu in gpus:
+            device_dir = dest / "sys/bus/pci/devices" / gpu["bdf"]
+            _write(device_dir / "vendor", f"0x{gpu['vendor']}\n")
+            _write(device_dir / "device", f"0x{gpu['device']}\n")
+            _write(device_dir / "class", gpu["class"] + "\n")
+            if gpu["subsystem"]:
+                _write(device_dir / "subsystem_vendor", f"0x{gpu['subsystem'][4:8]}\n")
+                _write(device_dir / "subsystem_device", f"0x{gpu['subsystem'][0:4]}\n")
             link = device_dir / "driver"
             if link.is_symlink():
                 link.unlink()
             link.symlink_to("../../drivers/nvidia")
-            info["pci_bus_ids"].append(bdf)
-            minor = _text(gpu, "minor_number")
-            minors.append(int(minor) if minor is not None else index)
-            if _text(gpu, "mig_mode/current_mig") == "Enabled":
+            info["pci_bus_ids"].append(gpu["bdf"])
+            minors.append(gpu["minor"])
+            if gpu["mig"]:
                 info["mig_enabled"] = True
-            if base_class is None:
+            if gpu["class_assumed"]:
                 derived.append(
-                    f"{bdf}/class: {pci_class} (3D controller) assumed; the XML of "
-                    "this driver does not give the PCI class"
+                    f"{gpu['bdf']}/class: {gpu['class']} (3D controller) assumed; the capture "
+                    "does not give the PCI class"
                 )
         info["gpu_count"] = len(minors)
         modules = ["nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia"]
@@ -295,7 +370,7 @@ def build_simulated_host_root(
             f"nvidia{m}" for m in minors
         ]:
             _write(dest / "dev" / name, "")
-        if info["mig_enabled"]:
+        if info["mig_enabled"] or found.kind == "mig":
             for name in ("nvidia-cap1", "nvidia-cap2"):
                 _write(dest / "dev/nvidia-caps" / name, "")
         derived += [
