@@ -73,6 +73,34 @@ KINDS = {
         "clusterrolebindings",
         False,
     ),
+    ("apps/v1", "Deployment"): ("/apis/apps/v1", "deployments", True),
+    ("rbac.authorization.k8s.io/v1", "Role"): ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): (
+        "/apis/rbac.authorization.k8s.io/v1",
+        "rolebindings",
+        True,
+    ),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): (
+        "/apis/apiextensions.k8s.io/v1",
+        "customresourcedefinitions",
+        False,
+    ),
+    # node-feature-discovery's objects: read only (what reset must not delete with its CRDs).
+    ("nfd.k8s-sigs.io/v1alpha1", "NodeFeature"): (
+        "/apis/nfd.k8s-sigs.io/v1alpha1",
+        "nodefeatures",
+        True,
+    ),
+    ("nfd.k8s-sigs.io/v1alpha1", "NodeFeatureRule"): (
+        "/apis/nfd.k8s-sigs.io/v1alpha1",
+        "nodefeaturerules",
+        False,
+    ),
+    ("nfd.k8s-sigs.io/v1alpha1", "NodeFeatureGroup"): (
+        "/apis/nfd.k8s-sigs.io/v1alpha1",
+        "nodefeaturegroups",
+        True,
+    ),
     ("monitoring.coreos.com/v1", "ServiceMonitor"): (
         "/apis/monitoring.coreos.com/v1",
         "servicemonitors",

@@ -67,13 +67,104 @@ CONFIGMAP_NAME = "nvidia-device-plugin-configs"
 CLUSTER_ROLE_NAME = "kubegpu-nvidia-device-plugin"
 QUOTA_NAME = "kubegpu-gpu-quota"
 LIMIT_RANGE_NAME = "kubegpu-gpu-limits"
+GFD_CLUSTER_ROLE_NAME = "kubegpu-gpu-feature-discovery"
+NFD_MASTER_NAME = "nfd-master"
+NFD_WORKER_NAME = "nfd-worker"
+NFD_GC_NAME = "nfd-gc"
+NFD_WORKER_CONFIG_NAME = "nfd-worker-conf"
+NFD_MASTER_CLUSTER_ROLE_NAME = "kubegpu-nfd-master"
+NFD_GC_CLUSTER_ROLE_NAME = "kubegpu-nfd-gc"
+
+# node-feature-discovery's API group, and its CRDs by kind (as the data files name them).
+NFD_GROUP = "nfd.k8s-sigs.io"
+NFD_API_VERSION = NFD_GROUP + "/v1alpha1"
+NFD_CRDS = {
+    "NodeFeature": "nodefeatures." + NFD_GROUP,
+    "NodeFeatureRule": "nodefeaturerules." + NFD_GROUP,
+    "NodeFeatureGroup": "nodefeaturegroups." + NFD_GROUP,
+}
+# The CRD whose presence means an NFD serves the NodeFeature API GFD writes to.
+NFD_NODEFEATURE_CRD = NFD_CRDS["NodeFeature"]
+
+# What GFD may do, as NVIDIA's k8s-device-plugin chart grants it (templates/role.yml with
+# gfd.enabled and nfd.enableNodeFeatureApi): keep its node's NodeFeature object
+# (nvidia-features-for-<node>, in its own namespace: get, then create or update, in
+# internal/lm/output.go). It reads no pod: the pods get of NFD's chart is nfd-worker's (its
+# owner references), granted by nfd-worker's Role.
+GFD_RULES = [
+    {
+        "apiGroups": [NFD_GROUP],
+        "resources": ["nodefeatures"],
+        "verbs": ["get", "list", "watch", "create", "update"],
+    },
+]
+# nfd-master and nfd-gc, as node-feature-discovery's chart (v0.19) grants them.
+NFD_MASTER_RULES = [
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["watch", "list"]},
+    {
+        "apiGroups": [""],
+        "resources": ["nodes", "nodes/status"],
+        "verbs": ["get", "patch", "update", "list"],
+    },
+    {
+        "apiGroups": [NFD_GROUP],
+        "resources": ["nodefeatures", "nodefeaturerules", "nodefeaturegroups"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {
+        "apiGroups": [NFD_GROUP],
+        "resources": ["nodefeaturegroups/status"],
+        "verbs": ["patch", "update"],
+    },
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": ["nfd-master.nfd.kubernetes.io"],
+        "verbs": ["get", "update"],
+    },
+]
+NFD_GC_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+    {"apiGroups": [NFD_GROUP], "resources": ["nodefeatures"], "verbs": ["delete", "list"]},
+]
+# nfd-worker.conf: the PCI classes labelled by vendor, as NVIDIA's GPU Operator sets them
+# (network 02/0200/0207, display 0300/0302): an NVIDIA GPU gives pci-10de.present.
+NFD_WORKER_CONFIG = {
+    "sources": {
+        "pci": {
+            "deviceClassWhitelist": ["02", "0200", "0207", "0300", "0302"],
+            "deviceLabelFields": ["vendor"],
+        },
+    },
+}
+# The NFD containers: as node-feature-discovery's chart runs them.
+NFD_SECURITY_CONTEXT = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+}
+CONTROL_PLANE_TOLERATION = {
+    "key": "node-role.kubernetes.io/control-plane",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
 
 
 # --- the device plugin's config file -------------------------------------------------------------
 
 
-def device_plugin_config_file(settings):
-    """The device plugin / GFD config file (version v1) for one normalized settings dict."""
+# Where the device plugin's pod mounts the host's driver root (device-plugin-daemonset.yaml).
+CONTAINER_DRIVER_ROOT = "/driver-root"
+
+
+def device_plugin_config_file(settings, cdi=None):
+    """The device plugin / GFD config file (version v1) for one normalized settings dict.
+
+    cdi: the cluster-wide CDI settings {nvidia_ctk_path, cdi_annotation_prefix}, written where
+    the settings list devices through CDI (the plugin then generates the node's CDI spec with
+    hooks that run nvidia-ctk from that host path, reading the driver under /driver-root)."""
     config = {
         "version": "v1",
         "flags": {
@@ -86,16 +177,17 @@ def device_plugin_config_file(settings):
             },
         },
     }
+    if cdi and any(x.startswith("cdi-") for x in settings["device_list_strategy"]):
+        config["flags"]["plugin"].update(
+            cdiAnnotationPrefix=cdi["cdi_annotation_prefix"],
+            nvidiaCTKPath=cdi["nvidia_ctk_path"],
+            containerDriverRoot=CONTAINER_DRIVER_ROOT,
+        )
     sharing = settings["sharing"]
     if sharing["strategy"] != "none":
         resources = []
         for item in sharing["resources"]:
-            entry = {"name": item["name"], "replicas": item["replicas"]}
-            if item.get("rename"):
-                entry["rename"] = item["rename"]
-            if item.get("devices") is not None:
-                entry["devices"] = item["devices"]
-            resources.append(entry)
+            resources.append({"name": item["name"], "replicas": item["replicas"]})
         block = {"renameByDefault": sharing["rename_by_default"], "resources": resources}
         if sharing["strategy"] == "time-slicing":
             block["failRequestsGreaterThanOne"] = sharing["fail_requests_greater_than_one"]
@@ -156,7 +248,7 @@ def _scalar(value):
 
 def image_ref(config, component):
     ref = "%s/%s:%s" % (
-        config["image_registry"],
+        config.get(component + "_image_registry") or config["image_registry"],
         config[component + "_image"],
         config[component + "_version"],
     )
@@ -240,8 +332,12 @@ def _security_context(config, privileged=False):
 
 
 def configmap_data(config):
+    cdi = {
+        "nvidia_ctk_path": config["nvidia_ctk_path"],
+        "cdi_annotation_prefix": config["cdi_annotation_prefix"],
+    }
     return dict(
-        (name, to_yaml(device_plugin_config_file(settings)))
+        (name, to_yaml(device_plugin_config_file(settings, cdi)))
         for name, settings in sorted(config["__configs"].items())
     )
 
@@ -328,9 +424,17 @@ def _config_reader_values(config, templates, name):
     return values
 
 
+def _disable_health_checks(config):
+    """DP_DISABLE_HEALTHCHECKS: "all" (off), the Xids to skip as a comma list, or "" (unset)."""
+    if not config["device_plugin_health_checks"]:
+        return "all"
+    return ",".join(str(x) for x in config["device_plugin_health_check_skip_xids"])
+
+
 def _device_plugin_daemonset(config, templates):
     values = _config_reader_values(config, templates, DEVICE_PLUGIN_NAME)
     values.update(
+        disable_health_checks=_disable_health_checks(config),
         cdi=_any(config, lambda s: any(x.startswith("cdi-") for x in s["device_list_strategy"])),
         driver_root=config["driver_root"],
         security_context=_security_context(config, _any(config, lambda s: s["pass_device_specs"])),
@@ -339,9 +443,17 @@ def _device_plugin_daemonset(config, templates):
     return _render(templates, "device-plugin-daemonset", values)
 
 
+def uses_node_feature_api(config):
+    """GFD publishes through NFD's NodeFeature API unless gpu_cluster_nfd is none."""
+    return config["nfd"] != "none"
+
+
 def _gfd_daemonset(config, templates):
     values = _config_reader_values(config, templates, GFD_NAME)
+    node_feature_api = uses_node_feature_api(config)
     values.update(
+        node_feature_api="true" if node_feature_api else "false",
+        api_client=node_feature_api or values["config_manager"],
         # Privileged, as NVIDIA's chart runs it (gfd.securityContext.privileged): GFD reads the
         # GPUs' PCI config space, and without it the vGPU labels are missing.
         security_context=_security_context(config, privileged=True),
@@ -382,6 +494,88 @@ def _dcgm_daemonset(config, templates):
     return _render(templates, "dcgm-exporter-daemonset", values)
 
 
+def _cluster_role(config, templates, name, rules, service_account, component, version):
+    """A ClusterRole and its binding to one ServiceAccount of the namespace."""
+    values = {
+        "name": name,
+        "labels": _labels(name, component, version),
+        "namespace": config["namespace"],
+        "rules": [dict(rule) for rule in rules],
+        "service_account": service_account,
+    }
+    return [
+        _render(templates, "cluster-role", values),
+        _render(templates, "cluster-role-binding", values),
+    ]
+
+
+def nfd_manifests(config, templates):
+    """node-feature-discovery, as kubegpu deploys it: its CRDs, nfd-master, nfd-worker (on
+    every node, the GPU nodes' taint tolerated), nfd-gc, their ServiceAccounts and RBAC."""
+    version = config["nfd_version"]
+    ns = config["namespace"]
+    out = []
+    for template in ("nfd-crd-nodefeature", "nfd-crd-nodefeaturerule", "nfd-crd-nodefeaturegroup"):
+        out.append(
+            _render(templates, template, {"labels": _labels("node-feature-discovery", "nfd")})
+        )
+    for name in (NFD_MASTER_NAME, NFD_WORKER_NAME, NFD_GC_NAME):
+        out.append(_service_account(config, templates, name, name, version))
+    out.extend(
+        _cluster_role(
+            config,
+            templates,
+            NFD_MASTER_CLUSTER_ROLE_NAME,
+            NFD_MASTER_RULES,
+            NFD_MASTER_NAME,
+            NFD_MASTER_NAME,
+            version,
+        )
+    )
+    out.extend(
+        _cluster_role(
+            config,
+            templates,
+            NFD_GC_CLUSTER_ROLE_NAME,
+            NFD_GC_RULES,
+            NFD_GC_NAME,
+            NFD_GC_NAME,
+            version,
+        )
+    )
+    worker_labels = _labels(NFD_WORKER_NAME, NFD_WORKER_NAME, version)
+    values = {"labels": worker_labels, "namespace": ns}
+    out.append(_render(templates, "nfd-worker-role", values))
+    out.append(_render(templates, "nfd-worker-rolebinding", values))
+    worker_conf = to_yaml(NFD_WORKER_CONFIG)
+    out.append(_render(templates, "nfd-worker-configmap", dict(values, config=worker_conf)))
+    common = {
+        "namespace": ns,
+        "image": image_ref(config, "nfd"),
+        "image_pull_policy": config["image_pull_policy"],
+        "image_pull_secrets": [{"name": s} for s in config["image_pull_secrets"]],
+        "security_context": dict(NFD_SECURITY_CONTEXT),
+    }
+    control_plane = [dict(CONTROL_PLANE_TOLERATION)]
+    worker_checksum = _checksum({"nfd-worker.conf": worker_conf})
+    for name, template, extra in (
+        (NFD_MASTER_NAME, "nfd-master-deployment", {"tolerations": control_plane}),
+        (
+            NFD_WORKER_NAME,
+            "nfd-worker-daemonset",
+            {
+                "tolerations": control_plane + _tolerations(config),
+                "config_checksum": worker_checksum,
+            },
+        ),
+        (NFD_GC_NAME, "nfd-gc-deployment", {"tolerations": control_plane}),
+    ):
+        values = dict(common, labels=_labels(name, name, version))
+        values.update(extra)
+        out.append(_render(templates, template, values))
+    return out
+
+
 def _service_account(config, templates, name, component, version):
     values = {
         "name": name,
@@ -400,10 +594,19 @@ def render_manifests(config, templates, capabilities=None):
     capabilities (discovered from the cluster by the gpu_manifests module):
       service_monitor: the monitoring.coreos.com/v1 ServiceMonitor API exists;
       create_namespace: the namespace is absent (or ours) and so is rendered here;
-      manage_runtime_class: no foreign RuntimeClass of that name exists.
+      manage_runtime_class: no foreign RuntimeClass of that name exists;
+      deploy_nfd: gpu_cluster_nfd is deploy and no NFD that kubegpu did not create serves
+        the NodeFeature API (one that does is used instead of deploying a second).
     """
-    caps = {"service_monitor": False, "create_namespace": False, "manage_runtime_class": True}
+    caps = {
+        "service_monitor": False,
+        "create_namespace": False,
+        "manage_runtime_class": True,
+        "deploy_nfd": config["nfd"] == "deploy",
+    }
     caps.update(capabilities or {})
+    # NFD is deployed for GFD: without GFD nothing of kubegpu's needs it.
+    caps["deploy_nfd"] = caps["deploy_nfd"] and config["gfd_enabled"]
     ns = config["namespace"]
     dp_version = config["device_plugin_version"]
     out = []
@@ -423,6 +626,8 @@ def render_manifests(config, templates, capabilities=None):
             "scheduling": scheduling,
         }
         out.append(_render(templates, "runtime-class", values))
+    if caps["deploy_nfd"]:
+        out.extend(nfd_manifests(config, templates))
     plugin_or_gfd = config["device_plugin_enabled"] or config["gfd_enabled"]
     if plugin_or_gfd:
         values = {
@@ -439,6 +644,18 @@ def render_manifests(config, templates, capabilities=None):
         out.append(
             _service_account(config, templates, GFD_NAME, "gpu-feature-discovery", dp_version)
         )
+        if uses_node_feature_api(config):
+            out.extend(
+                _cluster_role(
+                    config,
+                    templates,
+                    GFD_CLUSTER_ROLE_NAME,
+                    GFD_RULES,
+                    GFD_NAME,
+                    "gpu-feature-discovery",
+                    dp_version,
+                )
+            )
     if plugin_or_gfd and uses_config_manager(config):
         # The config-manager sidecars read their node's labels.
         values = {

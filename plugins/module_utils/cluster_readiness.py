@@ -165,21 +165,12 @@ def expected_resources(config, gpus):
                 "%s of %s depends on the MIG layout; give expected_resources for this "
                 "node" % (how, name)
             )
-        devices = item.get("devices", "all")
-        if devices != "all":
-            return None, (
-                "%s of a subset of devices (%r); give expected_resources for this node"
-                % (how, devices)
-            )
+        # Per-resource rename and devices: device plugin v0.20.0 ignores both (with a
+        # warning in its log), so every GPU is shared under the resource's own name.
         replicas = item.get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
             return None, "the config's replicas %r is not a count" % (replicas,)
-        if item.get("rename"):
-            target = item["rename"]
-        elif block.get("renameByDefault"):
-            target = name + SHARED_SUFFIX
-        else:
-            target = name
+        target = name + SHARED_SUFFIX if block.get("renameByDefault") else name
         counts[target] = counts.get(target, 0) + gpus * replicas
         notes.append("%d GPU(s) x %d %s replicas as %s" % (gpus, replicas, how, target))
     return counts, "; ".join(notes)

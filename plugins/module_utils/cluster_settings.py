@@ -46,9 +46,14 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 DEVICE_ID_STRATEGIES = ("uuid", "index")
 SHARING_STRATEGIES = ("none", "time-slicing", "mps")
+# node-feature-discovery: deployed by kubegpu, one already in the cluster, or none (GFD then
+# writes its labels as a file for an NFD worker to read, as before NodeFeature objects).
+NFD_MODES = ("deploy", "existing", "none")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 GPU_RESOURCE = "nvidia.com/gpu"
+# The device plugin release whose behaviour the checks below follow.
+DEVICE_PLUGIN_RELEASE = "v0.20.0"
 SHARED_SUFFIX = ".shared"
 
 # The public interface of role gpu_cluster, without the prefix. defaults/main.yml holds the same
@@ -77,7 +82,7 @@ DEFAULTS = {
     "device_plugin_resources": {},
     "mig_strategy": "none",
     "fail_on_init_error": True,
-    "device_list_strategy": ["envvar"],
+    "device_list_strategy": ["cdi-cri"],
     "device_id_strategy": "uuid",
     "pass_device_specs": False,
     "sharing": {"strategy": "none"},
@@ -86,7 +91,16 @@ DEFAULTS = {
     "device_plugin_config_label": "nvidia.com/device-plugin.config",
     "mps_root": "/run/nvidia/mps",
     "driver_root": "/",
+    "nvidia_ctk_path": "/usr/bin/nvidia-ctk",
+    "cdi_annotation_prefix": "cdi.k8s.io/",
+    "device_plugin_health_checks": True,
+    "device_plugin_health_check_skip_xids": [],
     "gfd_enabled": True,
+    "nfd": "deploy",
+    "nfd_image_registry": "registry.k8s.io",
+    "nfd_image": "nfd/node-feature-discovery",
+    "nfd_version": "v0.19.0",
+    "nfd_digest": "",
     "gfd_sleep_interval": "60s",
     "gfd_resources": {},
     "runtime_class_enabled": True,
@@ -160,6 +174,7 @@ BOOL_KEYS = (
     "runtime_class_enabled",
     "dcgm_exporter_enabled",
     "dcgm_exporter_service_monitor",
+    "device_plugin_health_checks",
 )
 INT_KEYS = ("api_timeout", "dcgm_exporter_port")
 
@@ -298,31 +313,26 @@ def _normalize_sharing(errors, var, value, mig_strategy):
             replicas_item = coerce_int(item.get("replicas"))
             _check_replicas(errors, rvar + ".replicas", replicas_item)
             entry = {"name": name, "replicas": replicas_item}
-            if item.get("rename") is not None:
-                error = extended_resource_error(item["rename"])
-                if error:
-                    errors.add(rvar + ".rename", error)
-                entry["rename"] = item["rename"]
-            if item.get("devices") is not None:
-                devices = item["devices"]
-                ok = (
-                    devices == "all"
-                    or (is_int(devices) and devices > 0)
-                    or (
-                        isinstance(devices, list)
-                        and devices
-                        and all(
-                            isinstance(d, (str, int)) and not isinstance(d, bool) for d in devices
-                        )
-                    )
-                )
-                if not ok:
+            for key in ("rename", "devices"):
+                if item.get(key) is not None:
+                    # v0.20.0 drops both at load with a warning
+                    # (DisableResourceNamingInConfig in api/config/v1/config.go): every GPU
+                    # is shared under nvidia.com/gpu (or .shared), whatever they say.
                     errors.add(
-                        rvar + ".devices",
-                        "%r is not allowed; allowed: 'all', a count of "
-                        "1 or more, or a list of GPU indexes / UUIDs" % (devices,),
+                        "%s.%s" % (rvar, key),
+                        "%r is not supported: the device plugin %s ignores per-resource "
+                        "%s and shares every GPU under %s (or %s%s with rename_by_default); "
+                        "remove it, and split GPUs between configs with "
+                        "gpu_cluster_device_plugin_configs and the node label instead"
+                        % (
+                            item[key],
+                            DEVICE_PLUGIN_RELEASE,
+                            key,
+                            name,
+                            name,
+                            SHARED_SUFFIX,
+                        ),
                     )
-                entry["devices"] = devices
             out["resources"].append(entry)
     if strategy == "mps":
         bad = [r["name"] for r in out["resources"] if r["name"] != GPU_RESOURCE]
@@ -484,30 +494,29 @@ def validate_config(config):
         "runtime_class_enabled",
         "dcgm_exporter_enabled",
         "dcgm_exporter_service_monitor",
+        "device_plugin_health_checks",
     ):
         _check_bool(errors, flag, cfg[flag])
-
-    registry = cfg["image_registry"]
-    if isinstance(registry, str):
-        registry = registry.rstrip("/")
-        cfg["image_registry"] = registry
-    if (
-        not isinstance(registry, str)
-        or not _REGISTRY.fullmatch(registry)
-        or "://" in registry
-        or len(registry) >= _IMAGE_NAME_MAX
-    ):
+    _check_choice(errors, "nfd", cfg["nfd"], NFD_MODES)
+    cfg["device_plugin_health_check_skip_xids"] = _normalize_xids(
+        errors, "device_plugin_health_check_skip_xids", cfg["device_plugin_health_check_skip_xids"]
+    )
+    if cfg["device_plugin_health_checks"] is False and cfg["device_plugin_health_check_skip_xids"]:
         errors.add(
-            "image_registry",
-            "%r is not a registry host[:port][/path] (no scheme, shorter than %d characters), "
-            "e.g. registry.example.internal:5000/mirror" % (registry, _IMAGE_NAME_MAX),
+            "device_plugin_health_check_skip_xids",
+            "%r is set while gpu_cluster_device_plugin_health_checks is false (no Xid is "
+            "checked at all); set one or the other"
+            % (cfg["device_plugin_health_check_skip_xids"],),
         )
-        registry = ""
+
+    registry = _normalize_registry(errors, cfg, "image_registry")
     _check_choice(errors, "image_pull_policy", cfg["image_pull_policy"], PULL_POLICIES)
     secrets = cfg["image_pull_secrets"]
     if not isinstance(secrets, list) or not all(is_dns_subdomain(s) for s in secrets):
         errors.add("image_pull_secrets", "%r is not a list of Secret names" % (secrets,))
-    for component in ("device_plugin", "dcgm_exporter"):
+    nfd_registry = _normalize_registry(errors, cfg, "nfd_image_registry")
+    for component in ("device_plugin", "dcgm_exporter", "nfd"):
+        registry_of = nfd_registry if component == "nfd" else registry
         image, version, digest = (
             cfg[component + "_image"],
             cfg[component + "_version"],
@@ -519,11 +528,11 @@ def validate_config(config):
                 "%r is not an image path within the registry, "
                 "e.g. nvidia/k8s-device-plugin" % (image,),
             )
-        elif len(registry) + 1 + len(image) > _IMAGE_NAME_MAX:
+        elif len(registry_of) + 1 + len(image) > _IMAGE_NAME_MAX:
             errors.add(
                 component + "_image",
                 "%r is too long: the image name (registry/path) has %d characters, at most "
-                "%d are allowed" % (image, len(registry) + 1 + len(image), _IMAGE_NAME_MAX),
+                "%d are allowed" % (image, len(registry_of) + 1 + len(image), _IMAGE_NAME_MAX),
             )
         if not isinstance(version, str) or not _IMAGE_TAG.fullmatch(version):
             errors.add(
@@ -635,6 +644,23 @@ def validate_config(config):
             "host, /run/nvidia/driver for a containerized driver)" % (driver_root,),
         )
 
+    for var in ("nvidia_ctk_path",):
+        if not isinstance(cfg[var], str) or not PLAIN_ABSOLUTE_PATH.fullmatch(cfg[var]):
+            errors.add(
+                var,
+                "%r is not an absolute file path of letters, digits, '.', '_', '-' and '/' "
+                "(where nvidia-ctk is on the GPU nodes, e.g. /usr/bin/nvidia-ctk)" % (cfg[var],),
+            )
+    prefix = cfg["cdi_annotation_prefix"]
+    if (
+        not isinstance(prefix, str)
+        or not prefix.endswith("/")
+        or qualified_name_error(prefix + "x")
+    ):
+        errors.add(
+            "cdi_annotation_prefix",
+            "%r is not an annotation key prefix ending in '/' (e.g. cdi.k8s.io/)" % (prefix,),
+        )
     for var in ("gfd_sleep_interval", "dcgm_exporter_service_monitor_interval"):
         if not isinstance(cfg[var], str) or not _DURATION.fullmatch(cfg[var]):
             errors.add(var, "%r is not a duration like 60s, 5m or 1h30m" % (cfg[var],))
@@ -666,6 +692,48 @@ def validate_config(config):
         if item not in unique:
             unique.append(item)
     return cfg, unique
+
+
+def _normalize_registry(errors, cfg, var):
+    """cfg[var] without a trailing '/', or "" after adding an error."""
+    registry = cfg[var]
+    if isinstance(registry, str):
+        registry = registry.rstrip("/")
+        cfg[var] = registry
+    if (
+        not isinstance(registry, str)
+        or not _REGISTRY.fullmatch(registry)
+        or "://" in registry
+        or len(registry) >= _IMAGE_NAME_MAX
+    ):
+        errors.add(
+            var,
+            "%r is not a registry host[:port][/path] (no scheme, shorter than %d characters), "
+            "e.g. registry.example.internal:5000/mirror" % (registry, _IMAGE_NAME_MAX),
+        )
+        return ""
+    return registry
+
+
+def _normalize_xids(errors, var, value):
+    """The Xids the device plugin's health check skips (on top of the application errors it
+    always skips): a list of whole numbers, which DP_DISABLE_HEALTHCHECKS takes as a comma
+    list (internal/rm/health.go; malformed values are silently dropped there, refused here)."""
+    if not isinstance(value, list):
+        errors.add(var, "%r is not a list of Xid numbers, e.g. [79, 109]" % (value,))
+        return []
+    out = []
+    for index, item in enumerate(value):
+        number = coerce_int(item)
+        if not is_int(number) or number < 1:
+            errors.add(
+                "%s[%d]" % (var, index),
+                "%r is not an Xid (a whole number of 1 or more, e.g. 79)" % (item,),
+            )
+            continue
+        if number not in out:
+            out.append(number)
+    return sorted(out)
 
 
 def _normalize_quotas(errors, quotas, default_settings):
@@ -806,9 +874,7 @@ def expected_resource_names(settings):
         return [] if settings["mig_strategy"] == "mixed" else [GPU_RESOURCE]
     names = []
     for item in sharing["resources"]:
-        if item.get("rename"):
-            names.append(item["rename"])
-        elif sharing["rename_by_default"]:
+        if sharing["rename_by_default"]:
             names.append(item["name"] + SHARED_SUFFIX)
         else:
             names.append(item["name"])

@@ -64,8 +64,14 @@ notes:
   - The objects are data files of the collection (C(plugins/module_utils/data/cluster/)). The
     action plugin of the same name reads them on the controller and passes them to the module,
     so the task runs only as part of the collection, not as a bare module.
-  - GPU Feature Discovery writes its labels as files for node-feature-discovery (NFD) to
-    publish; without NFD in the cluster, GFD runs but nodes get no C(nvidia.com/gpu.*) labels.
+  - GPU Feature Discovery publishes its labels through node-feature-discovery's (NFD)
+    NodeFeature API. With O(config.nfd=deploy) kubegpu deploys NFD (its CRDs, nfd-master,
+    nfd-worker, nfd-gc) unless an NFD it did not create already serves that API, which is then
+    used; O(config.nfd=existing) requires one; with O(config.nfd=none) GFD writes a
+    features.d file for an NFD worker to read.
+  - kubegpu's NFD CRDs are deleted (by prune or reset) only while no object that others
+    made uses them (a NodeFeatureRule, NodeFeatureGroup, or a NodeFeature not kept by GFD or
+    kubegpu's nfd-worker); otherwise they stay and are listed in RV(kept).
 seealso:
   - module: kubegpu.gpu.gpu_cluster_readiness
 author:
@@ -168,6 +174,10 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_api import (
     object_path,
 )
 from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_manifests import (
+    NFD_API_VERSION,
+    NFD_CRDS,
+    NFD_NODEFEATURE_CRD,
+    NFD_WORKER_NAME,
     OWNED_SELECTOR,
     is_owned,
     object_ref,
@@ -184,16 +194,21 @@ DELETE_ORDER = (
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("v1", "Service"),
     ("apps/v1", "DaemonSet"),
+    ("apps/v1", "Deployment"),
     ("v1", "Pod"),
     ("v1", "ConfigMap"),
     ("v1", "ResourceQuota"),
     ("v1", "LimitRange"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"),
     ("v1", "ServiceAccount"),
     ("node.k8s.io/v1", "RuntimeClass"),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
     ("v1", "Namespace"),
 )
+CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 
 
 def _ref_key(ref):
@@ -217,6 +232,62 @@ def owned_objects(api, service_monitor_api):
                 }
             )
     return found
+
+
+def _is_kubegpu_node_feature(obj, namespaces):
+    """A NodeFeature that kubegpu's own agents keep: GFD's nvidia-features-for-<node>, or
+    nfd-worker's (owned by kubegpu's nfd-worker DaemonSet), in a namespace of kubegpu's."""
+    meta = obj.get("metadata") or {}
+    if meta.get("namespace") not in namespaces:
+        return False
+    if (meta.get("name") or "").startswith("nvidia-features-for-"):
+        return True
+    return any(
+        ref.get("kind") == "DaemonSet" and ref.get("name") == NFD_WORKER_NAME
+        for ref in meta.get("ownerReferences") or []
+    )
+
+
+def guard_crds(api, delete, owned):
+    """(delete, kept): kubegpu's NFD CRDs stay where objects that others made still use them.
+
+    Deleting a CRD deletes every object of its kind in the cluster: a NodeFeatureRule or
+    NodeFeatureGroup (kubegpu makes none), or a NodeFeature that is not GFD's or kubegpu's
+    nfd-worker's, keeps its CRD, named in `kept` with the reason."""
+    namespaces = set(ref["namespace"] for ref in owned if ref.get("namespace"))
+    kinds = dict((name, kind) for kind, name in NFD_CRDS.items())
+    out, kept = [], []
+    for ref in delete:
+        kind = kinds.get(ref["name"]) if (ref["apiVersion"], ref["kind"]) == CRD else None
+        if kind is None:
+            out.append(ref)
+            continue
+        others = [
+            obj
+            for obj in api.list(object_path(NFD_API_VERSION, kind))
+            if kind != "NodeFeature" or not _is_kubegpu_node_feature(obj, namespaces)
+        ]
+        if others:
+            kept.append(
+                "CustomResourceDefinition %s (kubegpu's, kept: %d %s object(s) that kubegpu "
+                "did not make use it, e.g. %s)"
+                % (
+                    ref["name"],
+                    len(others),
+                    kind,
+                    "/".join(
+                        x
+                        for x in (
+                            others[0]["metadata"].get("namespace"),
+                            others[0]["metadata"].get("name"),
+                        )
+                        if x
+                    ),
+                )
+            )
+        else:
+            out.append(ref)
+    return out, kept
 
 
 def foreign_device_plugins(api):
@@ -268,6 +339,23 @@ def plan_present(module, api, config, templates, service_monitor_api):
                         config["runtime_class_handler"],
                     )
                 )
+    # node-feature-discovery: one that kubegpu did not create (its NodeFeature CRD without
+    # kubegpu's labels) is used, never deployed a second time nor adopted.
+    nfd_crd = api.get(object_path(CRD[0], CRD[1], NFD_NODEFEATURE_CRD), missing_ok=True)
+    foreign_nfd = nfd_crd is not None and not is_owned(nfd_crd)
+    if config["nfd"] == "existing" and nfd_crd is None:
+        module.fail_json(
+            msg="gpu_cluster_nfd: 'existing', but the cluster serves no NodeFeature API "
+            "(CustomResourceDefinition %s is missing): install node-feature-discovery first, "
+            "or set gpu_cluster_nfd: deploy (kubegpu deploys it) or none" % NFD_NODEFEATURE_CRD,
+            errors=[],
+        )
+    caps["deploy_nfd"] = config["nfd"] == "deploy" and not foreign_nfd
+    if config["nfd"] == "deploy" and foreign_nfd:
+        kept.append(
+            "node-feature-discovery (CustomResourceDefinition %s exists, not created by "
+            "kubegpu): used instead of deploying a second one" % NFD_NODEFEATURE_CRD
+        )
     manifests = render_manifests(config, templates, caps)
 
     missing_ns = []
@@ -312,11 +400,14 @@ def plan_present(module, api, config, templates, service_monitor_api):
         )
 
     rendered = set(_ref_key(object_ref(m)) for m in manifests)
+    owned = owned_objects(api, service_monitor_api)
     prune = [
         ref
-        for ref in owned_objects(api, service_monitor_api)
+        for ref in owned
         if ref["kind"] not in ("Namespace", "Pod") and _ref_key(ref) not in rendered
     ]
+    prune, kept_crds = guard_crds(api, prune, owned)
+    kept.extend(kept_crds)
 
     patches, missing_nodes = [], []
     for name in sorted(set(config["node_labels"]) | set(config["node_taints"])):
@@ -350,12 +441,14 @@ def plan_absent(api, service_monitor_api):
         ops = node_reset_patch(node)
         if ops:
             patches.append({"name": node["metadata"]["name"], "patch": ops})
+    owned = owned_objects(api, service_monitor_api)
+    delete, kept = guard_crds(api, owned, owned)
     return {
         "manifests": [],
         "node_patches": patches,
-        "delete": owned_objects(api, service_monitor_api),
+        "delete": delete,
         "missing_nodes": [],
-        "kept": [],
+        "kept": kept,
         "namespace_missing": False,
     }
 

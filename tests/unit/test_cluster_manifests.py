@@ -295,6 +295,45 @@ BAD_INPUTS = [
     ({"mig_stratgy": "single"}, "gpu_cluster_mig_stratgy: not a variable of role gpu_cluster"),
     ({"namespace": "GPU_System"}, "gpu_cluster_namespace: 'GPU_System'"),
     ({"driver_root": "run/nvidia/driver"}, "gpu_cluster_driver_root: 'run/nvidia/driver'"),
+    # v0.20.0 drops per-resource rename and devices (DisableResourceNamingInConfig).
+    (
+        {
+            "sharing": {
+                "strategy": "time-slicing",
+                "resources": [{"name": "nvidia.com/gpu", "replicas": 2, "rename": "a.io/gpu"}],
+            }
+        },
+        "gpu_cluster_sharing.resources[0].rename: 'a.io/gpu' is not supported: the device "
+        "plugin v0.20.0 ignores per-resource rename",
+    ),
+    (
+        {
+            "device_plugin_configs": {
+                "half": {
+                    "sharing": {
+                        "strategy": "mps",
+                        "resources": [{"name": "nvidia.com/gpu", "replicas": 2, "devices": [0]}],
+                    }
+                }
+            }
+        },
+        "gpu_cluster_device_plugin_configs.half.sharing.resources[0].devices: [0] is not "
+        "supported: the device plugin v0.20.0 ignores per-resource devices",
+    ),
+    ({"nfd": "helm"}, "gpu_cluster_nfd: 'helm' is not allowed; allowed: deploy, existing, none"),
+    ({"nfd_image_registry": "http://r.k8s.io"}, "gpu_cluster_nfd_image_registry"),
+    ({"nfd_version": "latest"}, "gpu_cluster_nfd_version: 'latest' is not a pin"),
+    (
+        {"device_plugin_health_check_skip_xids": [79, "x"]},
+        "gpu_cluster_device_plugin_health_check_skip_xids[1]: 'x' is not an Xid",
+    ),
+    (
+        {"device_plugin_health_checks": False, "device_plugin_health_check_skip_xids": [79]},
+        "gpu_cluster_device_plugin_health_check_skip_xids: [79] is set while "
+        "gpu_cluster_device_plugin_health_checks is false",
+    ),
+    ({"nvidia_ctk_path": "nvidia-ctk"}, "gpu_cluster_nvidia_ctk_path: 'nvidia-ctk'"),
+    ({"cdi_annotation_prefix": "cdi.k8s.io"}, "gpu_cluster_cdi_annotation_prefix"),
 ]
 
 
@@ -494,11 +533,14 @@ def test_device_plugin_runs_on_gpu_nodes_only_tolerating_the_gpu_taint() -> None
     assert spec["automountServiceAccountToken"] is False
     volume = next(v for v in spec["volumes"] if v["name"] == "config")
     assert volume["configMap"]["items"] == [{"key": "default", "path": "config.yaml"}]
-    assert not by_kind(render({}), "ClusterRole")
+    # RBAC for GFD and NFD only: none binds the device plugin's ServiceAccount.
+    for binding in by_kind(render({}), "ClusterRoleBinding"):
+        assert binding["subjects"][0]["name"] != cm.DEVICE_PLUGIN_NAME
 
 
 def test_cdi_strategies_give_the_plugin_the_driver_root() -> None:
-    plain = one(render({}), "DaemonSet", cm.DEVICE_PLUGIN_NAME)["spec"]["template"]["spec"]
+    plain = one(render({"device_list_strategy": "envvar"}), "DaemonSet", cm.DEVICE_PLUGIN_NAME)
+    plain = plain["spec"]["template"]["spec"]
     assert not [v for v in plain["volumes"] if v["name"] == "driver-root"]
     ds = one(
         render({"device_list_strategy": ["cdi-cri"], "driver_root": "/run/nvidia/driver"}),
@@ -527,7 +569,11 @@ def test_label_keys_images_and_registry_are_variables() -> None:
             "image_registry": "mirror.example.internal/nvcr/",
         }
     )
+    worker = one(manifests, "DaemonSet", cm.NFD_WORKER_NAME)["spec"]["template"]["spec"]
+    assert {"key": "example.com/gpu", "operator": "Exists"} in worker["tolerations"]
     for ds in by_kind(manifests, "DaemonSet"):
+        if ds["metadata"]["name"] == cm.NFD_WORKER_NAME:
+            continue  # on every node: it is what finds the GPU nodes
         spec = ds["spec"]["template"]["spec"]
         expr = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
             "nodeSelectorTerms"
@@ -585,8 +631,11 @@ def test_named_configs_use_the_config_manager_and_may_read_nodes() -> None:
                     "failOnInitError": True,
                     "plugin": {
                         "passDeviceSpecs": False,
-                        "deviceListStrategy": ["envvar"],
+                        "deviceListStrategy": ["cdi-cri"],
                         "deviceIDStrategy": "uuid",
+                        "cdiAnnotationPrefix": "cdi.k8s.io/",
+                        "nvidiaCTKPath": "/usr/bin/nvidia-ctk",
+                        "containerDriverRoot": "/driver-root",
                     },
                 },
             },
@@ -600,8 +649,11 @@ def test_named_configs_use_the_config_manager_and_may_read_nodes() -> None:
                     "failOnInitError": True,
                     "plugin": {
                         "passDeviceSpecs": False,
-                        "deviceListStrategy": ["envvar"],
+                        "deviceListStrategy": ["cdi-cri"],
                         "deviceIDStrategy": "uuid",
+                        "cdiAnnotationPrefix": "cdi.k8s.io/",
+                        "nvidiaCTKPath": "/usr/bin/nvidia-ctk",
+                        "containerDriverRoot": "/driver-root",
                     },
                 },
                 "sharing": {
@@ -622,8 +674,11 @@ def test_named_configs_use_the_config_manager_and_may_read_nodes() -> None:
                     "failOnInitError": True,
                     "plugin": {
                         "passDeviceSpecs": False,
-                        "deviceListStrategy": ["envvar"],
+                        "deviceListStrategy": ["cdi-cri"],
                         "deviceIDStrategy": "uuid",
+                        "cdiAnnotationPrefix": "cdi.k8s.io/",
+                        "nvidiaCTKPath": "/usr/bin/nvidia-ctk",
+                        "containerDriverRoot": "/driver-root",
                     },
                 },
                 "sharing": {
@@ -646,8 +701,6 @@ def test_named_configs_use_the_config_manager_and_may_read_nodes() -> None:
                         {
                             "name": "nvidia.com/mig-1g.10gb",
                             "replicas": 2,
-                            "devices": [0, "1"],
-                            "rename": "example.com/small-gpu",
                         }
                     ],
                 },
@@ -671,8 +724,6 @@ def test_named_configs_use_the_config_manager_and_may_read_nodes() -> None:
                             {
                                 "name": "nvidia.com/mig-1g.10gb",
                                 "replicas": 2,
-                                "devices": [0, "1"],
-                                "rename": "example.com/small-gpu",
                             }
                         ],
                     }
@@ -913,3 +964,132 @@ def test_gfd_is_privileged_and_the_mps_daemon_sees_the_host_pids() -> None:
     mps = one(manifests, "DaemonSet", cm.MPS_NAME)["spec"]["template"]["spec"]
     assert mps["hostPID"] is True
     assert "shareProcessNamespace" not in mps
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {item["name"]: item.get("value") for item in container.get("env", [])}
+
+
+def _rules(manifests: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return one(manifests, "ClusterRole", name)["rules"]
+
+
+def test_gfd_publishes_through_the_node_feature_api_with_its_own_token_and_rbac() -> None:
+    manifests = render({})
+    spec = one(manifests, "DaemonSet", cm.GFD_NAME)["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == cm.GFD_NAME
+    assert spec["automountServiceAccountToken"] is True
+    env = _env(spec["containers"][-1])
+    assert env["USE_NODE_FEATURE_API"] == "true"
+    assert {"NODE_NAME", "NAMESPACE"} <= set(env)  # GFD's NodeFeature: its node, its namespace
+    # As NVIDIA's chart grants GFD: nodefeatures get/list/watch/create/update.
+    assert _rules(manifests, cm.GFD_CLUSTER_ROLE_NAME) == [
+        {
+            "apiGroups": ["nfd.k8s-sigs.io"],
+            "resources": ["nodefeatures"],
+            "verbs": ["get", "list", "watch", "create", "update"],
+        }
+    ]
+    binding = one(manifests, "ClusterRoleBinding", cm.GFD_CLUSTER_ROLE_NAME)
+    assert binding["roleRef"]["name"] == cm.GFD_CLUSTER_ROLE_NAME
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": cm.GFD_NAME, "namespace": "kube-system"}
+    ]
+    # Without NFD: the features.d file, no token, no RBAC, no NFD objects.
+    bare = render({"nfd": "none"})
+    spec = one(bare, "DaemonSet", cm.GFD_NAME)["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert _env(spec["containers"][-1])["USE_NODE_FEATURE_API"] == "false"
+    assert not [m for m in bare if "nfd" in m["metadata"]["name"] or m["kind"] == "ClusterRole"]
+
+
+def test_nfd_is_deployed_with_its_crds_rbac_and_gpu_node_tolerations() -> None:
+    manifests = render({}, create_namespace=True)
+    kinds = [m["kind"] for m in manifests]
+    # CRDs first (after the namespace and RuntimeClass), so nothing waits for a kind.
+    assert kinds.index("CustomResourceDefinition") < kinds.index("Deployment")
+    crds = {m["spec"]["names"]["kind"]: m for m in by_kind(manifests, "CustomResourceDefinition")}
+    assert {k: (c["metadata"]["name"], c["spec"]["scope"]) for k, c in crds.items()} == {
+        "NodeFeature": ("nodefeatures.nfd.k8s-sigs.io", "Namespaced"),
+        "NodeFeatureRule": ("nodefeaturerules.nfd.k8s-sigs.io", "Cluster"),
+        "NodeFeatureGroup": ("nodefeaturegroups.nfd.k8s-sigs.io", "Namespaced"),
+    }
+    for crd in crds.values():
+        assert crd["spec"]["group"] == cm.NFD_GROUP
+        assert [v["name"] for v in crd["spec"]["versions"] if v["served"] and v["storage"]] == [
+            "v1alpha1"
+        ]
+    worker = one(manifests, "DaemonSet", cm.NFD_WORKER_NAME)["spec"]["template"]["spec"]
+    assert "affinity" not in worker and "nodeSelector" not in worker  # every node
+    assert worker["tolerations"] == [
+        cm.CONTROL_PLANE_TOLERATION,
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    ]
+    container = worker["containers"][0]
+    assert container["image"] == "registry.k8s.io/nfd/node-feature-discovery:v0.19.0"
+    assert container["command"] == ["nfd-worker"]
+    conf = one(manifests, "ConfigMap", cm.NFD_WORKER_CONFIG_NAME)["data"]["nfd-worker.conf"]
+    assert yaml.safe_load(conf)["sources"]["pci"]["deviceLabelFields"] == ["vendor"]
+    assert "0300" in yaml.safe_load(conf)["sources"]["pci"]["deviceClassWhitelist"]
+    role = one(manifests, "Role", cm.NFD_WORKER_NAME)
+    assert role["rules"][0]["resources"] == ["nodefeatures"]
+    master = one(manifests, "Deployment", cm.NFD_MASTER_NAME)["spec"]["template"]["spec"]
+    assert "-extra-label-ns=nvidia.com" in master["containers"][0]["args"]
+    master_rules = _rules(manifests, cm.NFD_MASTER_CLUSTER_ROLE_NAME)
+    assert {"apiGroups": [""], "resources": ["nodes", "nodes/status"]}.items() <= {
+        **master_rules[1],
+    }.items()
+    assert _rules(manifests, cm.NFD_GC_CLUSTER_ROLE_NAME)[1]["verbs"] == ["delete", "list"]
+    for name in (cm.NFD_MASTER_NAME, cm.NFD_WORKER_NAME, cm.NFD_GC_NAME):
+        assert one(manifests, "ServiceAccount", name)["metadata"]["namespace"] == "kube-system"
+    # An NFD that kubegpu did not create serves the API: used, nothing of NFD rendered, and
+    # GFD still gets its RBAC to write there.
+    used = render({}, deploy_nfd=False)
+    assert not by_kind(used, "CustomResourceDefinition")
+    assert not [m for m in used if m["metadata"]["name"].startswith("nfd-")]
+    assert one(used, "ClusterRole", cm.GFD_CLUSTER_ROLE_NAME)
+    # existing: never deployed.
+    assert not by_kind(render({"nfd": "existing"}), "CustomResourceDefinition")
+
+
+def test_gpu_components_select_nodes_by_nfd_pci_label_or_the_kubegpu_label() -> None:
+    manifests = render({"sharing": {"strategy": "mps", "replicas": 2}})
+    for name in (cm.DEVICE_PLUGIN_NAME, cm.GFD_NAME, cm.MPS_NAME, cm.DCGM_NAME):
+        spec = one(manifests, "DaemonSet", name)["spec"]["template"]["spec"]
+        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        keys = [t["matchExpressions"][0]["key"] for t in terms["nodeSelectorTerms"]]
+        assert keys == [cm.NFD_NVIDIA_PCI_LABEL, "nvidia.com/gpu.present"], name
+
+
+def test_cdi_is_the_default_with_what_the_plugin_needs_and_envvar_stays() -> None:
+    manifests = render({})
+    config = yaml.safe_load(one(manifests, "ConfigMap", cm.CONFIGMAP_NAME)["data"]["default"])
+    assert config["flags"]["plugin"]["deviceListStrategy"] == ["cdi-cri"]
+    assert config["flags"]["plugin"]["nvidiaCTKPath"] == "/usr/bin/nvidia-ctk"
+    assert config["flags"]["plugin"]["containerDriverRoot"] == "/driver-root"
+    spec = one(manifests, "DaemonSet", cm.DEVICE_PLUGIN_NAME)["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    assert mounts["cdi-root"] == "/var/run/cdi" and mounts["driver-root"] == "/driver-root"
+    legacy = render({"device_list_strategy": "envvar"})
+    config = yaml.safe_load(one(legacy, "ConfigMap", cm.CONFIGMAP_NAME)["data"]["default"])
+    assert config["flags"]["plugin"] == {
+        "passDeviceSpecs": False,
+        "deviceListStrategy": ["envvar"],
+        "deviceIDStrategy": "uuid",
+    }
+
+
+@pytest.mark.parametrize(
+    ("config", "value"),
+    [
+        ({}, None),
+        ({"device_plugin_health_checks": False}, "all"),
+        ({"device_plugin_health_check_skip_xids": ["109", 79, 79]}, "79,109"),
+    ],
+)
+def test_health_check_settings_reach_the_device_plugin(
+    config: dict[str, Any], value: str | None
+) -> None:
+    ds = one(render(config), "DaemonSet", cm.DEVICE_PLUGIN_NAME)
+    env = _env(ds["spec"]["template"]["spec"]["containers"][0])
+    assert env.get("DP_DISABLE_HEALTHCHECKS") == value

@@ -279,30 +279,8 @@ def test_missing_gfd_labels_point_at_nfd(real_status: dict[str, Any]) -> None:
             {"nvidia.com/gpu.shared": 8},
         ),
         ({"sharing": {"strategy": "mps", "replicas": 3}}, 2, {"nvidia.com/gpu": 6}),
-        (
-            {
-                "sharing": {
-                    "strategy": "time-slicing",
-                    "resources": [
-                        {"name": "nvidia.com/gpu", "replicas": 2, "rename": "example.com/half-gpu"}
-                    ],
-                }
-            },
-            4,
-            {"example.com/half-gpu": 8},
-        ),
         ({"mig_strategy": "single"}, 7, {"nvidia.com/gpu": 7}),
         ({"mig_strategy": "mixed"}, 1, None),
-        (
-            {
-                "sharing": {
-                    "strategy": "time-slicing",
-                    "resources": [{"name": "nvidia.com/gpu", "replicas": 2, "devices": [0]}],
-                }
-            },
-            4,
-            None,
-        ),
     ],
 )
 def test_expected_resources(
@@ -314,6 +292,30 @@ def test_expected_resources(
     got, why = cr.expected_resources(config_file, gpus)
     assert got == expected, why
     assert why
+
+
+def test_a_config_that_renames_or_picks_devices_counts_as_the_plugin_reads_it() -> None:
+    """A config file made elsewhere with per-resource rename and devices: device plugin
+    v0.20.0 drops both, so all 4 GPUs are shared under nvidia.com/gpu."""
+    text = yaml.safe_dump(
+        {
+            "version": "v1",
+            "sharing": {
+                "timeSlicing": {
+                    "resources": [
+                        {
+                            "name": "nvidia.com/gpu",
+                            "replicas": 2,
+                            "rename": "example.com/half-gpu",
+                            "devices": [0],
+                        }
+                    ]
+                }
+            },
+        }
+    )
+    got, why = cr.expected_resources(cr.parse_config_text(text), 4)
+    assert got == {"nvidia.com/gpu": 8}, why
 
 
 def test_shared_resource_name_is_checked(real_status: dict[str, Any]) -> None:
