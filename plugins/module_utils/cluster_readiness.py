@@ -501,8 +501,26 @@ def check_component_pod(name, component, pods, enabled, options, severity="fail"
     )
 
 
-def check_gfd_labels(node, required, enabled, expected_gpus):
+GFD_MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+GFD_LABELS_REMEDY = (
+    "GPU Feature Discovery publishes these labels through node-feature-discovery's (NFD) "
+    "NodeFeature API: check the gpu-feature-discovery pod on this node and its log, that "
+    "nfd-master runs (kubegpu deploys it with gpu_cluster_nfd: deploy) and has published "
+    "the node's NodeFeature objects, and that GFD's ServiceAccount may get, create and "
+    "update nodefeatures.nfd.k8s-sigs.io in its namespace (ClusterRole "
+    "kubegpu-gpu-feature-discovery)."
+)
+
+
+def check_gfd_labels(node, required, enabled, expected_gpus, mig_strategy="none"):
+    """GFD's labels on a GPU node: `required` (product, count, memory), and where the node's
+    device plugin config uses MIG, nvidia.com/mig.strategy naming that strategy."""
+    required = list(required)
+    if mig_strategy not in (None, "none") and GFD_MIG_STRATEGY_LABEL not in required:
+        required.append(GFD_MIG_STRATEGY_LABEL)
     expected = "labels %s" % ", ".join(required)
+    if mig_strategy not in (None, "none"):
+        expected += " (%s=%s)" % (GFD_MIG_STRATEGY_LABEL, mig_strategy)
     if not enabled:
         return make_check(
             "gfd_labels", LAYER_CLUSTER, "skip", "GPU Feature Discovery checks disabled", expected
@@ -517,9 +535,20 @@ def check_gfd_labels(node, required, enabled, expected_gpus):
             "fail",
             "missing %s%s" % (", ".join(missing), ("; present " + present) if present else ""),
             expected,
-            "GPU Feature Discovery writes label files that node-feature-discovery "
-            "(NFD) publishes: check the gpu_feature_discovery pod on this node and "
-            "that NFD runs in the cluster (kubegpu does not install NFD).",
+            GFD_LABELS_REMEDY,
+        )
+    found_mig = labels.get(GFD_MIG_STRATEGY_LABEL)
+    if mig_strategy not in (None, "none") and found_mig != mig_strategy:
+        return make_check(
+            "gfd_labels",
+            LAYER_CLUSTER,
+            "fail",
+            present,
+            expected,
+            "GFD labels the node with MIG strategy %r but the node's device plugin config "
+            "uses %r: GFD has not read the current config yet (its config-manager sidecar "
+            "follows the node's config label; restart the gpu-feature-discovery pod on this "
+            "node) or the node's config label names another config." % (found_mig, mig_strategy),
         )
     count = quantity_count(labels.get(GFD_COUNT_LABEL))
     if expected_gpus is not None and count is not None and count != expected_gpus:
@@ -622,6 +651,7 @@ def evaluate_node(node, view, options):
             options.get("gfd_labels") or list(DEFAULT_GFD_LABELS),
             options.get("gfd", True),
             options.get("expected_gpus"),
+            ((config or {}).get("flags") or {}).get("migStrategy") or "none",
         ),
         check_component_pod(
             "dcgm_exporter_pod",

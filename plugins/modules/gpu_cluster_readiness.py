@@ -24,7 +24,9 @@ description:
     C(nvidia.com/gpu.shared), or O(expected_resources)) equals the expected count, multiplied by
     the replicas of time-slicing or MPS; C(device_plugin_pod), C(gpu_feature_discovery_pod) -
     Running and ready on the node, otherwise the container's waiting reason (for example
-    CrashLoopBackOff); C(gfd_labels) - the labels GPU Feature Discovery publishes;
+    CrashLoopBackOff); C(gfd_labels) - the labels GPU Feature Discovery publishes through
+    node-feature-discovery, and C(nvidia.com/mig.strategy) naming the node config's MIG strategy
+    where it uses MIG;
     C(dcgm_exporter_pod) (warns only); C(runtime_class) - the RuntimeClass exists with the
     right handler and may schedule on the node; C(smoke_test) - optional, below."
   - With O(smoke_test=true), one pod per node requests one GPU through the scheduler, runs
@@ -98,7 +100,8 @@ options:
     default: {}
   gfd_labels:
     description:
-      - Node labels GFD must have published.
+      - Node labels GFD must have published (C(nvidia.com/mig.strategy) is added where the
+        node's device plugin config uses MIG).
     type: list
     elements: str
     default: [nvidia.com/gpu.product, nvidia.com/gpu.count, nvidia.com/gpu.memory]

@@ -262,7 +262,56 @@ def test_missing_gfd_labels_point_at_nfd(real_status: dict[str, Any]) -> None:
     )
     assert labels_check["status"] == "fail"
     assert "nvidia.com/gpu.product" in labels_check["observed"]
-    assert "node-feature-discovery" in labels_check["remedy"]
+    for what in ("gpu-feature-discovery pod", "nfd-master", "nodefeatures.nfd.k8s-sigs.io"):
+        assert what in labels_check["remedy"]
+
+
+@pytest.mark.parametrize(
+    ("drop", "strategy", "status", "needle"),
+    [
+        # The real A100 MIG single labels, whole: pass.
+        (None, "single", "pass", "nvidia.com/mig.strategy=single"),
+        # Each of product, count, memory and the MIG strategy label is needed.
+        ("nvidia.com/gpu.product", "single", "fail", "missing nvidia.com/gpu.product"),
+        ("nvidia.com/gpu.count", "single", "fail", "missing nvidia.com/gpu.count"),
+        ("nvidia.com/gpu.memory", "single", "fail", "missing nvidia.com/gpu.memory"),
+        ("nvidia.com/mig.strategy", "single", "fail", "missing nvidia.com/mig.strategy"),
+        # The node's config says mixed while GFD still labels single.
+        (None, "mixed", "fail", "nvidia.com/gpu.product=A100-SXM4-40GB-MIG-1g.5gb"),
+    ],
+)
+def test_gfd_labels_with_the_real_mig_label_set(
+    real_status: dict[str, Any],
+    real_labels: dict[str, str],
+    drop: str | None,
+    strategy: str,
+    status: str,
+    needle: str,
+) -> None:
+    labels = {k: v for k, v in real_labels.items() if k != drop}
+    node = make_node(real_status, labels, gpus="7")
+    report = evaluate(node, view(node, configmap({"mig_strategy": strategy})))
+    labels_check = check(report["checks"], "gfd_labels")
+    assert labels_check["status"] == status, labels_check
+    assert needle in labels_check["observed"]
+    if status == "fail":
+        assert labels_check["remedy"]
+    if strategy == "mixed":
+        assert "MIG strategy 'single'" in labels_check["remedy"]
+
+
+def test_without_mig_the_mig_label_is_not_required(real_status: dict[str, Any]) -> None:
+    node = make_node(
+        real_status,
+        {
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+            "nvidia.com/gpu.count": "1",
+            "nvidia.com/gpu.memory": "40960",
+        },
+    )
+    labels_check = check(evaluate(node, view(node, configmap({})))["checks"], "gfd_labels")
+    assert labels_check["status"] == "pass"
+    assert "mig.strategy" not in labels_check["expected"]
 
 
 # --- expected resources -------------------------------------------------------------------------
