@@ -465,6 +465,12 @@ def test_the_handler_restarts_the_unit_the_node_has(
     second = play(repo_root, inventory, tmp_path, CONVERGE.format(node=node), GOOD_VARS)
     assert second["rc"] == 0 and second["stats"][node]["changed"] == 0
     assert unit_state(repo_root, inventory, tmp_path, node)["MainPID"] == after["MainPID"]
+    # The reset's undo restarts the same unit: the kubelet of k3s, not a kubelet.service.
+    reset = _reset(repo_root, inventory, tmp_path, node)
+    assert reset["rc"] == 0, problem_tasks(reset)
+    (restarted,) = task_results(reset, node, "Restart the kubelet after the reset")
+    assert [(r["item"], r["changed"]) for r in restarted["results"]] == [("k3s-agent", True)]
+    assert unit_state(repo_root, inventory, tmp_path, node)["MainPID"] != after["MainPID"]
 
 
 def test_reset_undoes_only_kubegpus_part_and_keeps_later_edits(
