@@ -414,18 +414,19 @@ def plan(current, wanted, profiles):
                     "why": "the layout wants MIG on on GPU %d" % index,
                 }
             )
-        if target["mig_devices"]:
+        devices = target["mig_devices"]
+        if devices is None or devices:
             offered = profiles.get(index)
-            if not offered:
+            if not offered or devices is None or None in devices.values():
                 steps.append(
                     {
                         "gpu": index,
                         "action": "create-gpu-instances",
                         "argv": None,
                         "profiles_after_mode": True,
-                        "devices": dict(target["mig_devices"]),
-                        "why": "create %s once MIG is on and the GPU lists its profiles"
-                        % _describe(target["mig_devices"]),
+                        "devices": devices,
+                        "why": "create the layout's GPU instances once MIG is on and the GPU "
+                        "lists its profiles",
                     }
                 )
                 continue
@@ -444,9 +445,14 @@ def plan(current, wanted, profiles):
 
 
 def _describe(devices):
+    if devices is None:
+        return "all-balanced (its profiles are known once MIG is on)"
     if not devices:
         return "no MIG devices"
-    return ", ".join("%d x %s" % (count, name) for name, count in sorted(devices.items()))
+    return ", ".join(
+        "%s x %s" % ("as many as it offers" if count is None else count, name)
+        for name, count in sorted(devices.items())
+    )
 
 
 def describe_layout(state):
@@ -461,3 +467,109 @@ def describe_layout(state):
         else:
             lines.append("GPU %d: MIG enabled, %s" % (index, _describe(entry["mig_devices"])))
     return "".join(line + "\n" for line in lines)
+
+
+QUERY_FIELDS = "index,name,pci.bus_id,mig.mode.current,mig.mode.pending"
+APPS_FIELDS = "gpu_bus_id,pid,process_name"
+
+
+def parse_query_gpu(text):
+    """`nvidia-smi --query-gpu=index,name,pci.bus_id,mig.mode.current,mig.mode.pending
+    --format=csv,noheader` -> [{"index", "name", "pci_bus_id", "mig": {"current", "pending"},
+    "mig_capable"}]. A GPU without MIG reports [N/A] for both modes."""
+    gpus = []
+    for line in (text or "").splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 5 or not cells[0].isdigit():
+            continue
+        gpus.append(
+            {
+                "index": int(cells[0]),
+                "name": cells[1],
+                "pci_bus_id": cells[2],
+                "mig": {"current": cells[3] == "Enabled", "pending": cells[4] == "Enabled"},
+                "mig_capable": cells[3] in ("Enabled", "Disabled"),
+            }
+        )
+    return gpus
+
+
+def parse_compute_apps(text):
+    """`nvidia-smi --query-compute-apps=gpu_bus_id,pid,process_name --format=csv,noheader`."""
+    apps = []
+    for line in (text or "").splitlines():
+        cells = [c.strip() for c in line.split(",", 2)]
+        if len(cells) == 3 and cells[1].isdigit():
+            apps.append({"pci_bus_id": cells[0], "pid": int(cells[1]), "name": cells[2]})
+    return apps
+
+
+def _listing(run, argv, what):
+    """A `nvidia-smi mig -l...` listing: its text, or '' when there is nothing to list."""
+    rc, out, err = run(argv)
+    text = "\n".join(x for x in (out, err) if x)
+    if rc == 0:
+        return out
+    if any(marker in text for marker in NO_INSTANCES_MARKERS + NOT_ENABLED_MARKERS):
+        return ""
+    raise MigLayoutError(
+        "%s failed (rc %d): %s" % (what, rc, (text.strip().splitlines() or [""])[-1])
+    )
+
+
+def read_state(run, nvidia_smi):
+    """Read the MIG state of a host with nvidia-smi. run(argv) -> (rc, stdout, stderr).
+
+    Returns {"gpus", "profiles", "placements", "state", "apps"}; raises MigLayoutError when
+    nvidia-smi does not answer.
+    """
+    rc, out, err = run([nvidia_smi, "--query-gpu=" + QUERY_FIELDS, "--format=csv,noheader"])
+    if rc != 0:
+        raise MigLayoutError(
+            "nvidia-smi --query-gpu failed (rc %d): %s"
+            % (rc, "\n".join(x for x in (out, err) if x).strip())
+        )
+    gpus = parse_query_gpu(out)
+    if not gpus:
+        raise MigLayoutError("nvidia-smi --query-gpu listed no GPU: %r" % out[:200])
+    profiles, placements, instances, compute = {}, {}, [], []
+    if any(g["mig"]["current"] for g in gpus):
+        profiles = parse_gi_profiles(_listing(run, [nvidia_smi, "mig", "-lgip"], "mig -lgip"))
+        placements = parse_gi_placements(_listing(run, [nvidia_smi, "mig", "-lgipp"], "mig -lgipp"))
+        instances = parse_gpu_instances(_listing(run, [nvidia_smi, "mig", "-lgi"], "mig -lgi"))
+        compute = parse_compute_instances(_listing(run, [nvidia_smi, "mig", "-lci"], "mig -lci"))
+    rc, out, _err = run(
+        [nvidia_smi, "--query-compute-apps=" + APPS_FIELDS, "--format=csv,noheader"]
+    )
+    apps = parse_compute_apps(out) if rc == 0 else []
+    return {
+        "gpus": gpus,
+        "profiles": profiles,
+        "placements": placements,
+        "state": current_layout(gpus, instances, compute),
+        "apps": apps,
+    }
+
+
+def busy_gpus(steps, gpus, apps):
+    """Processes on the GPUs the steps touch: ["GPU 0 (00000000:01:00.0): pid 42 python3"]."""
+    touched = set(step["gpu"] for step in steps)
+    bus = dict((g["pci_bus_id"].upper(), g["index"]) for g in gpus)
+    found = []
+    for app in apps:
+        index = bus.get(app["pci_bus_id"].upper())
+        if index in touched:
+            found.append(
+                "GPU %d (%s): pid %d %s" % (index, app["pci_bus_id"], app["pid"], app["name"])
+            )
+    return found
+
+
+def unsupported(wanted, gpus):
+    """GPUs a layout asks MIG of that have no MIG (mode [N/A])."""
+    names = dict((g["index"], g) for g in gpus)
+    return [
+        "GPU %d (%s) has no MIG mode" % (index, names[index]["name"])
+        for index in sorted(wanted)
+        if wanted[index] and wanted[index]["mig_enabled"] and not names[index]["mig_capable"]
+    ]

@@ -319,6 +319,10 @@ def test_capture_messages_agree_with_the_parsed_tables() -> None:
         listed
     )
     assert read("scaleway-h100-pcie-525-L-3g40gb-3x1g10gb.txt").count("  MIG ") == len(listed)
-    assert read("scaleway-h100-pcie-525-query-mig-mode-current.csv").splitlines()[1].endswith("Enabled")
+    assert (
+        read("scaleway-h100-pcie-525-query-mig-mode-current.csv")
+        .splitlines()[1]
+        .endswith("Enabled")
+    )
     assert read("h100-pcie-525-mig-1.txt").startswith("Enabled MIG Mode for GPU")
     assert read("h100-pcie-525-mig-0.txt").startswith("Disabled MIG Mode for GPU")
