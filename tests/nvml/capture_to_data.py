@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Turn a real `nvidia-smi -q -x` capture into the data file the NVML test double replays.
+
+The test double (`libnvidia-ml.so.1` built from nvml_standin.c, KUBEGPU_SIMULATED) reads this
+file at nvmlInit. Every value comes from the capture, except what `nvidia-smi -q -x` does not
+print; those come from the tables below, each citing NVIDIA's published values.
+
+Output: `key=value` lines, `#` comments, one `device.<i>.<field>` block per GPU. Keys:
+
+  simulated            always `KUBEGPU_SIMULATED`: the file describes a test double
+  capture              the capture's path under src/kubegpu/captures
+  driver_version       <driver_version>
+  cuda_driver_version  <cuda_version> as NVML encodes it (major * 1000 + minor * 10)
+  device_count         number of <gpu> elements (checked against <attached_gpus>)
+  device.<i>.name uuid pci_bus_id pci_device_id pci_subsystem_id minor_number brand
+           architecture memory_total_mib memory_reserved_mib memory_used_mib memory_free_mib
+           mig_mode (enabled / disabled / unsupported) compute_major compute_minor
+           virtualization_mode
+
+Standard library only:  python3 tests/nvml/capture_to_data.py CAPTURE.xml [-o OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CAPTURES = REPO / "src" / "kubegpu" / "captures"
+
+# CUDA compute capability by product name: nvidia-smi does not print it. Values from NVIDIA's
+# "CUDA GPUs - Compute Capability" table (https://developer.nvidia.com/cuda-gpus) and the CUDA C
+# Programming Guide's "Compute Capabilities" appendix: Tesla T4 7.5 (Turing), A100 8.0
+# (Ampere GA100), H100 9.0 (Hopper), Tesla P100 6.0 (Pascal).
+COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
+    "Tesla T4": (7, 5),
+    "NVIDIA A100-SXM4-40GB": (8, 0),
+    "NVIDIA H100 80GB HBM3": (9, 0),
+    "NVIDIA H100 PCIe": (9, 0),
+    "Tesla P100-PCIE-16GB": (6, 0),
+}
+# nvidia-smi's <product_architecture> and <product_brand> text -> the names the test double maps
+# onto nvml.h's NVML_DEVICE_ARCH_* and NVML_BRAND_* constants.
+ARCHITECTURES = {"Pascal", "Volta", "Turing", "Ampere", "Ada Lovelace", "Hopper", "Blackwell"}
+BRANDS = {"NVIDIA", "Tesla", "Quadro", "GeForce", "NVIDIA RTX", "Titan"}
+# <gpu_virtualization_mode><virtualization_mode> text -> nvml.h's nvmlGpuVirtualizationMode_t.
+VIRTUALIZATION_MODES = {"None": 0, "Pass-Through": 1, "VGPU": 2, "Host VGPU": 3, "Host VSGA": 4}
+
+
+class CaptureError(ValueError):
+    pass
+
+
+def text(element: ET.Element, path: str) -> str:
+    found = element.find(path)
+    if found is None or found.text is None:
+        raise CaptureError(f"capture has no <{path}>")
+    return " ".join(found.text.split())
+
+
+def mib(element: ET.Element, path: str) -> int:
+    value = text(element, path)
+    match = re.fullmatch(r"(\d+) MiB", value)
+    if not match:
+        raise CaptureError(f"<{path}> is {value!r}, expected '<n> MiB'")
+    return int(match.group(1))
+
+
+def cuda_version(value: str) -> int:
+    match = re.fullmatch(r"(\d+)\.(\d+)", value)
+    if not match:
+        raise CaptureError(f"<cuda_version> is {value!r}, expected 'major.minor'")
+    return int(match.group(1)) * 1000 + int(match.group(2)) * 10
+
+
+def mig_mode(gpu: ET.Element) -> str:
+    current = text(gpu, "mig_mode/current_mig")
+    modes = {"Enabled": "enabled", "Disabled": "disabled", "N/A": "unsupported"}
+    if current not in modes:
+        raise CaptureError(f"<mig_mode/current_mig> is {current!r}, expected one of {list(modes)}")
+    return modes[current]
+
+
+def device_lines(index: int, gpu: ET.Element) -> list[str]:
+    name = text(gpu, "product_name")
+    if name not in COMPUTE_CAPABILITY:
+        raise CaptureError(
+            f"no compute capability known for {name!r}: add it to COMPUTE_CAPABILITY "
+            f"(known: {sorted(COMPUTE_CAPABILITY)})"
+        )
+    architecture = text(gpu, "product_architecture")
+    if architecture not in ARCHITECTURES:
+        raise CaptureError(
+            f"<product_architecture> {architecture!r} not in {sorted(ARCHITECTURES)}"
+        )
+    brand = text(gpu, "product_brand")
+    if brand not in BRANDS:
+        raise CaptureError(f"<product_brand> {brand!r} not in {sorted(BRANDS)}")
+    virtualization = text(gpu, "gpu_virtualization_mode/virtualization_mode")
+    if virtualization not in VIRTUALIZATION_MODES:
+        raise CaptureError(
+            f"<virtualization_mode> {virtualization!r} not in {sorted(VIRTUALIZATION_MODES)}"
+        )
+    major, minor = COMPUTE_CAPABILITY[name]
+    fields = {
+        "name": name,
+        "uuid": text(gpu, "uuid"),
+        "pci_bus_id": text(gpu, "pci/pci_bus_id"),
+        "pci_device_id": "0x" + text(gpu, "pci/pci_device_id"),
+        "pci_subsystem_id": "0x" + text(gpu, "pci/pci_sub_system_id"),
+        "minor_number": text(gpu, "minor_number"),
+        "brand": brand,
+        "architecture": architecture,
+        "memory_total_mib": mib(gpu, "fb_memory_usage/total"),
+        "memory_reserved_mib": mib(gpu, "fb_memory_usage/reserved"),
+        "memory_used_mib": mib(gpu, "fb_memory_usage/used"),
+        "memory_free_mib": mib(gpu, "fb_memory_usage/free"),
+        "mig_mode": mig_mode(gpu),
+        "compute_major": major,
+        "compute_minor": minor,
+        "virtualization_mode": VIRTUALIZATION_MODES[virtualization],
+    }
+    return [f"device.{index}.{key}={value}" for key, value in fields.items()]
+
+
+def convert(capture: Path) -> str:
+    root = ET.parse(capture).getroot()
+    gpus = root.findall("gpu")
+    attached = int(text(root, "attached_gpus"))
+    if len(gpus) != attached:
+        raise CaptureError(f"{len(gpus)} <gpu> elements but <attached_gpus> says {attached}")
+    try:
+        shown = capture.resolve().relative_to(REPO)
+    except ValueError:
+        shown = capture
+    lines = [
+        "# KUBEGPU_SIMULATED: data of the NVML test double (tests/nvml), not a GPU.",
+        f"# Generated by tests/nvml/capture_to_data.py from {shown}; do not edit.",
+        "simulated=KUBEGPU_SIMULATED",
+        f"capture={shown}",
+        f"driver_version={text(root, 'driver_version')}",
+        f"cuda_driver_version={cuda_version(text(root, 'cuda_version'))}",
+        f"device_count={len(gpus)}",
+    ]
+    for index, gpu in enumerate(gpus):
+        lines += device_lines(index, gpu)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("capture", type=Path, help="an nvidia-smi -q -x capture")
+    parser.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    args = parser.parse_args(argv)
+    try:
+        data = convert(args.capture)
+    except (CaptureError, ET.ParseError, OSError) as error:
+        print(f"capture_to_data: {args.capture}: {error}", file=sys.stderr)
+        return 2
+    if args.output:
+        args.output.write_text(data)
+    else:
+        sys.stdout.write(data)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
