@@ -47,6 +47,9 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils import toml_text
 
 NVIDIA_RUNTIME_TYPE = "io.containerd.runc.v2"
 HIGHEST_KNOWN_CONFIG_VERSION = 3
+# Where the container toolkit writes CDI specs (nvidia-ctk cdi generate, nvidia-cdi-refresh):
+# containerd's own default spec directories, which the CRI plugin must read.
+CDI_SPEC_DIRS = ["/etc/cdi", "/var/run/cdi"]
 MANAGED_MARK = "Managed by kubegpu (kubegpu.gpu.containerd_runtime)"
 
 
@@ -321,11 +324,58 @@ def source_systemd_cgroup(effective, schema, runtime_name):
     return False, "no runc runtime in the effective config (containerd's default: false)"
 
 
-def render_drop_in(schema, runtime_name, binary, systemd_cgroup, default_runtime, source_cri=None):
+def cdi_settings(effective, schema, containerd_version, cdi):
+    """What the drop-in sets for CDI, and what containerd will do: (settings, state, warnings).
+
+    `settings` are keys of the CRI runtime plugin's own section (``enable_cdi``,
+    ``cdi_spec_dirs``); `state` is {"enabled", "spec_dirs", "source"} as containerd will run.
+    containerd 1.7 has CDI off by default (``enable_cdi = false``): the drop-in turns it on with
+    the spec directories. containerd 2.x has it on by default: the drop-in sets a key only where
+    the effective config (main config and other imports) turned it off or dropped a directory.
+    containerd 1.6 has no CDI. With `cdi` false nothing is set and the config keeps its own.
+    """
+    cri = effective_cri(effective, schema)
+    enabled = cri.get("enable_cdi")
+    dirs = cri.get("cdi_spec_dirs")
+    dirs = list(dirs) if isinstance(dirs, list) else []
+    state = {"enabled": enabled is True, "spec_dirs": dirs, "source": "config"}
+    if not cdi:
+        state["source"] = "not managed (cdi false)"
+        return {}, state, []
+    major, minor = containerd_version[0], containerd_version[1]
+    if major == 1 and minor < 7:
+        state.update(enabled=False, spec_dirs=[], source="unsupported")
+        return (
+            {},
+            state,
+            [
+                "containerd %d.%d.%d has no CDI support (containerd 1.7 brought enable_cdi), so "
+                "devices are injected the legacy way through the nvidia runtime; upgrade "
+                "containerd to 1.7 or 2.x for CDI, or set cdi false (container_runtime_cdi) to "
+                "say the legacy way is meant" % tuple(containerd_version[:3])
+            ],
+        )
+    settings = {}
+    if enabled is not True or schema.merge == "replace":
+        settings["enable_cdi"] = True
+    missing = [d for d in CDI_SPEC_DIRS if d not in dirs]
+    if missing or schema.merge == "replace":
+        settings["cdi_spec_dirs"] = dirs + missing
+    if settings:
+        state.update(enabled=True, spec_dirs=dirs + missing, source="drop-in")
+    else:
+        state["source"] = "containerd default"
+    return settings, state, []
+
+
+def render_drop_in(
+    schema, runtime_name, binary, systemd_cgroup, default_runtime, source_cri=None, cdi=None
+):
     """The drop-in text for `schema`.
 
     For "replace" (containerd 1.x) `source_cri` is the effective CRI section of everything but
     this drop-in; it is copied and the nvidia runtime added, because 1.x replaces the section.
+    `cdi` holds the CDI keys of the section (from cdi_settings).
     """
     runtime = {
         "runtime_type": NVIDIA_RUNTIME_TYPE,
@@ -353,6 +403,10 @@ def render_drop_in(schema, runtime_name, binary, systemd_cgroup, default_runtime
             "containerd 2.x merges imported files key by key: only the %s runtime is here."
             % runtime_name
         ]
+        if cdi:
+            why.append("CDI is on by default in 2.x; the other files turned off what is set here.")
+    if cdi:
+        section.update(cdi)
     data = {}
     if schema.write_version:
         data["version"] = schema.config_version
@@ -575,8 +629,11 @@ def plan(
     default_runtime,
     tmp_root=None,
     node=None,
+    cdi=True,
 ):
     """Work out the main config and drop-in texts that wire the runtime in. Changes nothing.
+
+    With `cdi` the drop-in also has containerd read CDI specs (see cdi_settings).
 
     `run(argv)` runs a command and returns (rc, stdout, stderr); `node` reads the node's files
     (LocalFiles where the module runs; the action plugin answers from its sh script's reads).
@@ -641,8 +698,9 @@ def plan(
         )
     systemd_cgroup, systemd_source = source_systemd_cgroup(source, schema, runtime_name)
     source_cri = effective_cri(source, schema) if schema.merge == "replace" else None
+    cdi_keys, cdi_state, cdi_warnings = cdi_settings(source, schema, version, cdi)
     drop_in_text = render_drop_in(
-        schema, runtime_name, binary, systemd_cgroup, default_runtime, source_cri
+        schema, runtime_name, binary, systemd_cgroup, default_runtime, source_cri, cdi_keys
     )
     old_drop_in = node.read_text(drop_in_path, "drop-in") if node.isfile(drop_in_path) else None
 
@@ -656,7 +714,7 @@ def plan(
             scan_top_level(new_main, main_path)["imports"]["values"],
             node,
         )
-    ]
+    ] + cdi_warnings
     if not node.exists(binary):
         warnings.append(
             "%s does not exist on this host yet; containerd loads the config, but pods of the %s runtime "
@@ -677,5 +735,7 @@ def plan(
         "import_entry": import_entry,
         "systemd_cgroup": systemd_cgroup,
         "systemd_cgroup_source": systemd_source,
+        "cdi_settings": cdi_keys,
+        "cdi": cdi_state,
         "warnings": warnings,
     }

@@ -22,6 +22,7 @@ ARGUMENT_SPEC = dict(
     runtime_name=dict(type="str", default="nvidia"),
     runtime_binary=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
     default_runtime=dict(type="bool", default=False),
+    cdi=dict(type="bool", default=True),
     validate=dict(type="bool", default=True),
     validate_timeout=dict(type="int", default=30),
     containerd_binary=dict(type="path"),
@@ -104,6 +105,7 @@ def plan_for(params, run, containerd, node=None):
         params["runtime_binary"],
         params["default_runtime"],
         node=node,
+        cdi=params["cdi"],
     )
 
 
@@ -118,6 +120,7 @@ def update_result(result, planned):
         schema=planned["schema"].as_dict(),
         systemd_cgroup=planned["systemd_cgroup"],
         systemd_cgroup_source=planned["systemd_cgroup_source"],
+        cdi=planned["cdi"],
         changed=changed,
         restart_required=changed,
         config_changed=config_changed,

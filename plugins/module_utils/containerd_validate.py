@@ -41,10 +41,21 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd import (
 # --- the effective config of a candidate ----------------------------------------------------------
 
 
-def check_effective(effective, schema, runtime_name, binary, systemd_cgroup, default_runtime):
-    """What is wrong with a candidate's dumped config (an empty list when all is right)."""
+def check_effective(
+    effective, schema, runtime_name, binary, systemd_cgroup, default_runtime, cdi=None
+):
+    """What is wrong with a candidate's dumped config (an empty list when all is right).
+
+    `cdi` are the CDI keys the drop-in sets (containerd.cdi_settings): each must show as set.
+    """
     problems = []
     cri = effective_cri(effective, schema)
+    for key, value in sorted((cdi or {}).items()):
+        if cri.get(key) != value:
+            problems.append(
+                "plugins.%s.%s is %r, expected %r"
+                % (schema.effective_plugin_id, key, cri.get(key), value)
+            )
     runtime = _get(cri, ["containerd", "runtimes", runtime_name])
     where = "plugins.%s.containerd.runtimes.%s" % (schema.effective_plugin_id, runtime_name)
     if not isinstance(runtime, dict):
@@ -266,12 +277,13 @@ def validate_candidate(
     start_daemon=True,
     timeout=30,
     tmp_root=None,
+    cdi=None,
 ):
     """Check a candidate (main text + drop-in text) with the real containerd, touching no live file.
 
     The candidate is laid out in a scratch directory: the main text with its imports spelled out
     as files (the candidate drop-in in place of the live one), `containerd config dump` must load
-    it and show the nvidia runtime as rendered, and (start_daemon) a containerd started on it
+    it and show the nvidia runtime (and the CDI keys `cdi`) as rendered, and (start_daemon) a containerd started on it
     with its own socket, root and state must bring the CRI plugin up ok.
     Returns a report dict; raises ContainerdConfigError when the candidate is not good.
     """
@@ -297,7 +309,7 @@ def validate_candidate(
         except ContainerdConfigError as exc:
             raise ContainerdConfigError("the new configuration does not load: %s" % exc) from None
         problems = check_effective(
-            effective, schema, runtime_name, binary, systemd_cgroup, default_runtime
+            effective, schema, runtime_name, binary, systemd_cgroup, default_runtime, cdi
         )
         if problems:
             later = files[files.index(scratch_drop_in) + 1 :] if scratch_drop_in in files else []

@@ -31,6 +31,7 @@ description:
     C(containerd config dump) reports it without this drop-in, plus the nvidia runtime; it is
     derived again on every run, so a changed main config is followed. On containerd 2.x, which
     merges imported files key by key, the drop-in holds only the nvidia runtime.
+  - With O(cdi) (the default) containerd is also made to read CDI specs, see O(cdi).
   - The runtime is C(runtime_type = "io.containerd.runc.v2") with C(BinaryName) =
     O(runtime_binary) and C(SystemdCgroup) copied from the runtime it must agree with (the default
     runtime unless it is O(runtime_name), else C(runc)) in the effective config.
@@ -78,6 +79,21 @@ options:
         default the main config has is kept.
     type: bool
     default: false
+  cdi:
+    description:
+      - Have containerd's CRI plugin inject devices named by the Container Device Interface
+        (CDI), from the specs in C(/etc/cdi) and C(/var/run/cdi) that the container toolkit
+        generates; the device plugin's C(cdi-cri) strategy and DRA drivers need it.
+      - containerd 1.7 has CDI off by default; the drop-in sets C(enable_cdi = true) and
+        C(cdi_spec_dirs) (the ones the config has, plus those two). containerd 2.x has it on by
+        default; the drop-in sets a key only where the main config or another import turned
+        C(enable_cdi) off or left a directory out. containerd 1.6 has no CDI; a warning says
+        so, and the runtime is wired in without it.
+      - When false, nothing CDI is set, and containerd keeps whatever its config says (the
+        legacy injection through the nvidia runtime's environment variables).
+      - A reset (O(state=absent)) removes the drop-in, and with it these settings.
+    type: bool
+    default: true
   validate:
     description:
       - Validate the candidate with the real containerd before writing (see the description).
@@ -222,6 +238,15 @@ systemd_cgroup_source:
   returned: when containerd was found
   type: str
   sample: runtimes.runc.options.SystemdCgroup
+cdi:
+  description:
+    - CDI as containerd will run it once the drop-in is loaded; C(source) says where that comes
+      from, C(drop-in) (kubegpu sets it), C(containerd default) (2.x, nothing to set),
+      C(unsupported) (containerd 1.6) or C(not managed (cdi false)) (then C(enabled) is what
+      the config says).
+  returned: when containerd was found
+  type: dict
+  sample: {"enabled": true, "spec_dirs": ["/etc/cdi", "/var/run/cdi"], "source": "drop-in"}
 validation:
   description: What was checked; C(dump) and C(daemon) are C(ok), C(skipped) or C(not run), C(plugins) the CRI plugins' states in the scratch containerd.
   returned: always
@@ -430,6 +455,7 @@ def main():
                 p["default_runtime"],
                 start_daemon=start_daemon,
                 timeout=p["validate_timeout"],
+                cdi=planned["cdi_settings"],
             )
         except ContainerdConfigError as exc:
             result.update(changed=False, restart_required=False)

@@ -42,6 +42,18 @@ options:
     description: Set C(default-runtime) to O(runtime_name). When false, an existing C(default-runtime) is left as it is.
     type: bool
     default: false
+  cdi:
+    description:
+      - Have dockerd inject devices named by the Container Device Interface (CDI) from the specs
+        in C(/etc/cdi) and C(/var/run/cdi) (C(docker run --device nvidia.com/gpu=all)).
+      - Docker 25.0 to 28.1 need the C(cdi) feature, so C(features.cdi = true) is set; Docker
+        28.2 and newer have it on by default, and it is set only where daemon.json turned it
+        off. Docker before 25.0 has no CDI; a warning says so. The version is read from
+        C(dockerd --version); when there is no dockerd to ask, the feature is set (every Docker
+        accepts it).
+      - When false, nothing CDI is set.
+    type: bool
+    default: true
   validate:
     description: Check the merged file with C(dockerd --validate --config-file) when dockerd supports it.
     type: bool
@@ -58,7 +70,8 @@ options:
       - C(present) merges the runtime in. C(absent) undoes what kubegpu did, from its record
         (C(playbooks/reset.yml) uses it) - removes C(runtimes.<runtime_name>) when its C(path) is
         still the one kubegpu set (or puts back the entry the file had before), C(default-runtime)
-        when kubegpu set it and it still names the runtime, C(runtimes) when kubegpu added it and
+        when kubegpu set it and it still names the runtime, C(features.cdi) when kubegpu set it
+        (and C(features) when kubegpu added it and it is empty), C(runtimes) when kubegpu added it and
         it is empty, and the file when kubegpu created it and nothing is left. Every other key
         stays. Without a record nothing is changed.
     type: str
@@ -105,6 +118,14 @@ path:
   description: The daemon.json that was merged.
   returned: always
   type: str
+cdi:
+  description:
+    - CDI as dockerd will run it; C(source) is C(daemon.json (kubegpu)) (kubegpu sets the
+      feature), C(daemon.json), C(docker default) (28.2 and newer), C(unsupported) (before
+      25.0) or C(not managed (cdi false)).
+  returned: when O(state=present)
+  type: dict
+  sample: {"enabled": true, "source": "daemon.json (kubegpu)", "docker_version": "26.1.5"}
 validation:
   description: C(ok), C(failed), C(skipped (...)) with the reason, or C(not run) when nothing changed.
   returned: always
@@ -133,6 +154,9 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.files import (
 )
 from ansible_collections.kubegpu.gpu.plugins.module_utils.docker_daemon import (
     DockerDaemonError,
+    cdi_plan,
+    load_daemon_json,
+    parse_docker_version,
     plan_daemon_json,
     plan_reset,
     record_after_merge,
@@ -182,6 +206,7 @@ def main():
             runtime_name=dict(type="str", default="nvidia"),
             runtime_binary=dict(type="str", default="/usr/bin/nvidia-container-runtime"),
             default_runtime=dict(type="bool", default=False),
+            cdi=dict(type="bool", default=True),
             validate=dict(type="bool", default=True),
             dockerd_binary=dict(type="path"),
             backup=dict(type="bool", default=True),
@@ -211,12 +236,28 @@ def main():
         )
     if p["state"] == "absent":
         remove(module, result, old_text)
+    dockerd = p["dockerd_binary"] or module.get_bin_path("dockerd")
+    if p["dockerd_binary"] and not os.path.exists(dockerd):
+        module.fail_json(
+            msg="dockerd_binary %s does not exist; point it at dockerd, or leave it unset"
+            % dockerd,
+            **result,
+        )
+    version = None
+    if dockerd:
+        rc, out, err = module.run_command([dockerd, "--version"], environ_update={"LC_ALL": "C"})
+        version = parse_docker_version(out) if rc == 0 else None
     try:
+        set_cdi, cdi_state, warnings = cdi_plan(load_daemon_json(old_text, path), version, p["cdi"])
         new_text, changed = plan_daemon_json(
-            old_text, p["runtime_name"], p["runtime_binary"], p["default_runtime"], path
+            old_text, p["runtime_name"], p["runtime_binary"], p["default_runtime"], path, set_cdi
         )
     except DockerDaemonError as exc:
         module.fail_json(msg=str(exc), **result)
+    cdi_state["docker_version"] = ".".join(str(v) for v in version) if version else None
+    result["cdi"] = cdi_state
+    for warning in warnings:
+        module.warn(warning)
     result.update(changed=changed, restart_required=changed)
     if changed and module._diff:
         result["diff"] = redact_diff(
@@ -226,13 +267,6 @@ def main():
         module.exit_json(**result)
 
     if p["validate"]:
-        dockerd = p["dockerd_binary"] or module.get_bin_path("dockerd")
-        if p["dockerd_binary"] and not os.path.exists(dockerd):
-            module.fail_json(
-                msg="dockerd_binary %s does not exist; point it at dockerd, or leave it unset"
-                % dockerd,
-                **result,
-            )
         if not dockerd:
             result["validation"] = "skipped (dockerd not found)"
         else:
@@ -278,6 +312,7 @@ def main():
                 p["runtime_binary"],
                 p["default_runtime"],
                 path,
+                set_cdi,
             )
             write_record(module, p["record_path"], record)
         write_atomic(module, path, new_text)

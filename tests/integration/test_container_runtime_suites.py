@@ -313,7 +313,42 @@ def test_every_other_cri_setting_is_what_the_node_had_before(
     before = cri_plugin(node, node.dump("/tmp/kubegpu-before.toml"), wired)
     after = cri_plugin(node, node.dump(), wired)
     del after["containerd"]["runtimes"]["nvidia"]
+    if wired["cdi"]["source"] == "drop-in":  # containerd 1.7: CDI is off in its own config
+        assert before["enable_cdi"] is False and after.pop("enable_cdi") is True
+        del before["enable_cdi"]
     assert after == before
+
+
+def cdi_of(node: Node, result: dict[str, Any]) -> tuple[bool, list[str]]:
+    cri = cri_plugin(node, node.dump(), result)
+    return cri["enable_cdi"], cri["cdi_spec_dirs"]
+
+
+def started_with_cdi(node: Node) -> bool:
+    """Whether the running containerd's CRI plugin logged its config with CDI on at its latest
+    start (1.7 prints the Go struct, 2.x JSON)."""
+    pid = node.pid()
+    log = node.ok(f"journalctl -o cat _PID={pid} | grep -iE 'cri.*config|config.*cdi' || true")
+    if re.search(r"(?i)enableCDI\W{0,3}:true", log):
+        return True
+    assert re.search(r"(?i)enableCDI\W{0,3}:false", log), log[-3000:]
+    return False
+
+
+def test_containerd_runs_with_cdi_on_and_the_toolkits_spec_dirs(
+    suite_node: Node, wired: dict[str, Any]
+) -> None:
+    node = suite_node
+    enabled, dirs = cdi_of(node, wired)
+    assert enabled is True and dirs[-2:] == ["/etc/cdi", "/var/run/cdi"], dirs
+    major = int(wired["containerd_version"].split(".")[0])
+    # 1.7 has CDI off by default: kubegpu's drop-in turns it on; 2.1's own default has it.
+    source = "drop-in" if major == 1 else "containerd default"
+    assert wired["cdi"] == {"enabled": True, "spec_dirs": dirs, "source": source}
+    drop_in = tomllib.loads(node.ok("cat /etc/containerd/conf.d/99-nvidia.toml"))
+    section = drop_in["plugins"][wired["schema"]["plugin"]]
+    assert ("enable_cdi" in section) is (major == 1)
+    assert started_with_cdi(node)
 
 
 def test_second_run_changes_nothing_and_does_not_restart(
@@ -383,6 +418,58 @@ def test_a_restart_cut_off_by_an_interrupted_run_is_made_by_the_next(
     assert node.changed(node.play()) == 0
 
 
+def test_cdi_turned_off_in_the_main_config_is_turned_back_on_by_the_drop_in(
+    suite_node: Node, wired: dict[str, Any]
+) -> None:
+    """containerd 2.x: the main config (containerd's own default, written by the test above)
+    turns CDI off; the drop-in sets enable_cdi back, and drops it again once the main config no
+    longer needs it."""
+    node = suite_node
+    if not wired["containerd_version"].startswith("2."):
+        pytest.skip("containerd 1.7's drop-in always sets enable_cdi (tested above)")
+    main = node.ok("cat /etc/containerd/config.toml")
+    assert main.count("enable_cdi = true") == 1, main
+    node.ok("sed -i 's/enable_cdi = true/enable_cdi = false/' /etc/containerd/config.toml")
+    pid = node.pid()
+    drop_in_before = node.ok("cat /etc/containerd/conf.d/99-nvidia.toml")
+    check = node.play("--check", "--diff")
+    assert node.task(check, MODULE_TASK)["changed"]
+    # Check mode changed nothing: the drop-in, and the containerd that runs.
+    assert node.ok("cat /etc/containerd/conf.d/99-nvidia.toml") == drop_in_before
+    assert node.pid() == pid
+    assert cdi_of(node, wired)[0] is False  # what the files alone say now
+    result = node.task(node.play(), MODULE_TASK)
+    assert result["drop_in_changed"] and not result["config_changed"], result
+    assert result["cdi"]["source"] == "drop-in"
+    drop_in = tomllib.loads(node.ok("cat /etc/containerd/conf.d/99-nvidia.toml"))
+    assert drop_in["plugins"][result["schema"]["plugin"]]["enable_cdi"] is True
+    assert node.pid() != pid
+    assert cdi_of(node, wired)[0] is True and started_with_cdi(node)
+    assert node.changed(node.play()) == 0
+    node.ok("sed -i 's/enable_cdi = false/enable_cdi = true/' /etc/containerd/config.toml")
+    result = node.task(node.play(), MODULE_TASK)
+    assert result["drop_in_changed"] and result["cdi"]["source"] == "containerd default"
+    assert "enable_cdi" not in node.ok("cat /etc/containerd/conf.d/99-nvidia.toml")
+    assert node.changed(node.play()) == 0
+
+
+def test_cdi_false_keeps_the_configs_own_setting(suite_node: Node, wired: dict[str, Any]) -> None:
+    node = suite_node
+    one = wired["containerd_version"].startswith("1.")
+    pid = node.pid()
+    data = node.play(container_runtime_cdi="false")
+    result = node.task(data, MODULE_TASK)
+    assert result["cdi"]["source"] == "not managed (cdi false)"
+    # 1.7: the drop-in no longer turns CDI on (a change and a restart); 2.1: it never set it.
+    assert result["changed"] is one, result
+    assert cdi_of(node, wired)[0] is not one and started_with_cdi(node) is not one
+    assert (node.pid() != pid) is one
+    assert node.changed(node.play(container_runtime_cdi="false")) == 0
+    result = node.task(node.play(), MODULE_TASK)
+    assert result["changed"] is one and cdi_of(node, wired)[0] is True
+    assert node.changed(node.play()) == 0
+
+
 UNDO_PLAY = """
 - name: Undo what kubegpu did to the runtime's config, as playbooks/reset.yml does
   hosts: all
@@ -408,6 +495,8 @@ def test_undo_takes_out_exactly_our_imports_entry(suite_node: Node, wired: dict[
     assert node.ssh("test -e /etc/containerd/conf.d/99-nvidia.toml").returncode == 1
     assert node.ssh("test -e /etc/ansible/facts.d/kubegpu_containerd.fact").returncode == 1
     assert "nvidia" not in cri_plugin(node, node.dump(), wired)["containerd"]["runtimes"]
+    # CDI as containerd's own config has it: off on 1.7, on on 2.1.
+    assert cdi_of(node, wired)[0] is wired["containerd_version"].startswith("2.")
     again = node.play(text=UNDO_PLAY % "containerd_runtime")
     assert node.changed(again) == 0
     # Wired again for what follows.
@@ -702,18 +791,27 @@ def test_docker_gets_the_nvidia_runtime_and_keeps_its_settings(
     # Docker 26 (trixie) checks the merged file with dockerd --validate before it goes in place.
     assert result["changed"] and result["validation"] == "ok", result
     merged = json.loads(node.ok("cat /etc/docker/daemon.json"))
-    assert {k: v for k, v in merged.items() if k != "runtimes"} == DAEMON_JSON
+    assert {k: v for k, v in merged.items() if k not in ("runtimes", "features")} == DAEMON_JSON
     assert merged["runtimes"] == {"nvidia": {"path": NVCT}}
+    # Docker 26.1 has CDI behind the cdi feature (on by default from 28.2).
+    assert merged["features"] == {"cdi": True}
+    package = node.ok("dpkg-query -W -f='${Version}' docker.io")
+    assert result["cdi"]["source"] == "daemon.json (kubegpu)", result
+    assert package.startswith(result["cdi"]["docker_version"] + "+"), (package, result)
     pid = node.pid("docker")
-    listed = json.loads(node.ok("docker info --format '{{json .Runtimes}}'"))
-    assert listed["nvidia"]["path"] == NVCT and "runc" in listed
+    info = json.loads(node.ok("docker info --format '{{json .}}'"))
+    assert info["Runtimes"]["nvidia"]["path"] == NVCT and "runc" in info["Runtimes"]
+    assert info["CDISpecDirs"] == ["/etc/cdi", "/var/run/cdi"], info.get("CDISpecDirs")
     again = node.play(kubegpu_type="docker", kubegpu_install="false")
     assert node.changed(again) == 0
     assert node.pid("docker") == pid
     # The operator adds a setting; undoing kubegpu's merge keeps it and every earlier one.
     node.ok('sed -i \'s/"log-level": "warn"/"log-level": "info"/\' /etc/docker/daemon.json')
     undo = node.play(text=UNDO_PLAY % "docker_runtime")
-    assert node.task(undo, "Undo it")["undone"] == ["removed runtimes.nvidia"]
+    assert node.task(undo, "Undo it")["undone"] == [
+        "removed runtimes.nvidia",
+        "removed features.cdi",
+    ]
     assert json.loads(node.ok("cat /etc/docker/daemon.json")) == dict(
         DAEMON_JSON, **{"log-level": "info"}
     )

@@ -598,6 +598,111 @@ def test_check_effective_reports_a_missing_runtime_and_default() -> None:
     assert "default_runtime_name 'runc' names no configured runtime" in problems
 
 
+# --- CDI (enable_cdi and the spec directories) -------------------------------------------------
+
+
+def test_cdi_on_1_7_is_turned_on_in_the_drop_in_with_the_spec_dirs() -> None:
+    effective = load(DEFAULT_17)  # containerd 1.7.24's own default: enable_cdi = false
+    sch = schema((1, 7, 24), 2)
+    keys, state, warnings = c.cdi_settings(effective, sch, (1, 7, 24), True)
+    assert keys == {"enable_cdi": True, "cdi_spec_dirs": ["/etc/cdi", "/var/run/cdi"]}
+    assert state == {"enabled": True, "spec_dirs": keys["cdi_spec_dirs"], "source": "drop-in"}
+    assert warnings == []
+    text = c.render_drop_in(
+        sch, "nvidia", NVCT, False, False, c.effective_cri(effective, sch), keys
+    )
+    drop_in = tomllib.loads(text)
+    assert c.toml_loads_builtin(text) == drop_in
+    section = copy.deepcopy(drop_in["plugins"]["io.containerd.grpc.v1.cri"])
+    assert section["enable_cdi"] is True
+    assert section["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    # The rest of the section is the dumped one: only enable_cdi differs (and the runtime).
+    original = copy.deepcopy(effective["plugins"]["io.containerd.grpc.v1.cri"])
+    section["containerd"]["runtimes"].pop("nvidia")
+    assert {k for k in section if section[k] != original.get(k)} == {"enable_cdi"}
+    merged = merged_like_containerd(effective, drop_in, sch)
+    assert cv.check_effective(merged, sch, "nvidia", NVCT, False, False, keys) == []
+    # Without the drop-in's keys the check fails on what containerd 1.7 would run.
+    assert cv.check_effective(
+        merged_like_containerd(effective, tomllib.loads(c.render_drop_in(
+            sch, "nvidia", NVCT, False, False, c.effective_cri(effective, sch)
+        )), sch),
+        sch, "nvidia", NVCT, False, False, keys,
+    ) == ["plugins.io.containerd.grpc.v1.cri.enable_cdi is False, expected True"]  # fmt: skip
+
+
+def test_cdi_on_1_7_keeps_spec_dirs_the_config_has() -> None:
+    effective = load(DEFAULT_17)
+    effective["plugins"]["io.containerd.grpc.v1.cri"]["cdi_spec_dirs"] = ["/opt/cdi", "/etc/cdi"]
+    keys, state, _ = c.cdi_settings(effective, schema((1, 7, 24), 2), (1, 7, 24), True)
+    assert keys["cdi_spec_dirs"] == ["/opt/cdi", "/etc/cdi", "/var/run/cdi"]
+    assert state["spec_dirs"] == keys["cdi_spec_dirs"]
+
+
+def test_cdi_on_2_x_is_the_default_and_the_drop_in_stays_as_it_was() -> None:
+    effective = load(DEFAULT_21)  # containerd 2.1.9's own default: enable_cdi = true
+    sch = schema((2, 1, 9), 3)
+    keys, state, warnings = c.cdi_settings(effective, sch, (2, 1, 9), True)
+    assert (keys, warnings) == ({}, [])
+    assert state == {
+        "enabled": True,
+        "spec_dirs": ["/etc/cdi", "/var/run/cdi"],
+        "source": "containerd default",
+    }
+    assert c.render_drop_in(sch, "nvidia", NVCT, False, False, None, keys) == c.render_drop_in(
+        sch, "nvidia", NVCT, False, False
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "keys"),
+    [
+        (dict(enable_cdi=False), {"enable_cdi": True}),
+        (dict(cdi_spec_dirs=["/etc/cdi"]), {"cdi_spec_dirs": ["/etc/cdi", "/var/run/cdi"]}),
+        (
+            dict(enable_cdi=False, cdi_spec_dirs=[]),
+            {"enable_cdi": True, "cdi_spec_dirs": ["/etc/cdi", "/var/run/cdi"]},
+        ),
+    ],
+)
+def test_cdi_on_2_x_sets_only_what_the_config_turned_off(change: dict, keys: dict) -> None:
+    effective = load(DEFAULT_21)
+    effective["plugins"]["io.containerd.cri.v1.runtime"].update(change)
+    sch = schema((2, 1, 9), 3)
+    found, state, _ = c.cdi_settings(effective, sch, (2, 1, 9), True)
+    assert found == keys
+    assert state["enabled"] is True and state["source"] == "drop-in"
+    text = c.render_drop_in(sch, "nvidia", NVCT, False, False, None, found)
+    drop_in = tomllib.loads(text)
+    assert c.toml_loads_builtin(text) == drop_in
+    section = drop_in["plugins"]["io.containerd.cri.v1.runtime"]
+    assert {k: v for k, v in section.items() if k != "containerd"} == keys
+    merged = merged_like_containerd(effective, drop_in, sch)
+    assert cv.check_effective(merged, sch, "nvidia", NVCT, False, False, found) == []
+
+
+def test_cdi_is_not_available_on_1_6() -> None:
+    effective = load(DEFAULT_16)
+    assert "enable_cdi" not in effective["plugins"]["io.containerd.grpc.v1.cri"]
+    keys, state, warnings = c.cdi_settings(effective, schema((1, 6, 20), 2), (1, 6, 20), True)
+    assert keys == {} and state["enabled"] is False and state["source"] == "unsupported"
+    assert len(warnings) == 1 and "containerd 1.6.20 has no CDI support" in warnings[0]
+    assert "container_runtime_cdi" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("path", "version", "enabled"),
+    [(DEFAULT_17, (1, 7, 24), False), (DEFAULT_21, (2, 1, 9), True)],
+)
+def test_cdi_false_sets_nothing_and_reports_the_config(path: Path, version, enabled) -> None:
+    effective = load(path)
+    keys, state, warnings = c.cdi_settings(
+        effective, schema(version, 2 if version[0] == 1 else 3), version, False
+    )
+    assert (keys, warnings) == ({}, [])
+    assert state["enabled"] is enabled and state["source"] == "not managed (cdi false)"
+
+
 def test_cri_disabled_is_found() -> None:
     effective = load(DEFAULT_16)
     sch = schema((1, 6, 20), 2)

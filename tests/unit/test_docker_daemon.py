@@ -155,7 +155,14 @@ def test_module_check_and_diff_change_nothing(tmp_path: Path, capsys) -> None:
     assert result["changed"] and result["restart_required"]
     assert not path.exists() and not path.parent.exists()
     assert result["diff"]["before"] == ""
+    # No dockerd here to tell its version: the cdi feature is set, which every Docker accepts.
+    assert result["cdi"] == {
+        "enabled": True,
+        "source": "daemon.json (kubegpu)",
+        "docker_version": None,
+    }
     assert json.loads(result["diff"]["after"]) == {
+        "features": {"cdi": True},
         "runtimes": {"nvidia": {"path": NVCT}},
         "default-runtime": "nvidia",
     }
@@ -214,3 +221,62 @@ def test_documentation_matches_the_argument_spec(monkeypatch) -> None:
     for name, option in seen["argument_spec"].items():
         assert doc["options"][name]["type"] == option["type"], name
         assert doc["options"][name].get("default") == option.get("default"), name
+
+
+# --- CDI: the cdi feature, by Docker version ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "version", "cdi", "set_cdi", "source"),
+    [
+        ({}, (26, 1, 5), True, True, "daemon.json (kubegpu)"),  # 25.0-28.1 need the feature
+        ({}, (25, 0, 0), True, True, "daemon.json (kubegpu)"),
+        ({}, (28, 1, 1), True, True, "daemon.json (kubegpu)"),
+        ({}, (28, 2, 0), True, False, "docker default"),  # on by default from 28.2
+        ({"features": {"cdi": False}}, (28, 5, 1), True, True, "daemon.json (kubegpu)"),
+        ({"features": {"cdi": True}}, (26, 1, 5), True, False, "daemon.json"),
+        ({}, None, True, True, "daemon.json (kubegpu)"),  # version unknown: set it
+        ({}, (20, 10, 24), True, False, "unsupported"),  # no CDI before 25.0
+        ({}, (26, 1, 5), False, False, "not managed (cdi false)"),
+    ],
+)
+def test_cdi_plan(config: dict, version, cdi: bool, set_cdi: bool, source: str) -> None:
+    got, state, warnings = d.cdi_plan(config, version, cdi)
+    assert (got, state["source"]) == (set_cdi, source)
+    assert state["enabled"] is (source not in ("unsupported", "not managed (cdi false)"))
+    assert bool(warnings) is (source == "unsupported")
+    if warnings:
+        assert "Docker 20.10.24 has no CDI support" in warnings[0]
+
+
+def test_cdi_feature_is_merged_recorded_and_undone() -> None:
+    old = json.dumps({"features": {"buildkit": True}, "log-level": "warn"}, indent=2) + "\n"
+    new, changed = d.plan_daemon_json(old, "nvidia", NVCT, False, cdi=True)
+    assert changed
+    assert json.loads(new) == {
+        "features": {"buildkit": True, "cdi": True},
+        "log-level": "warn",
+        "runtimes": {"nvidia": {"path": NVCT}},
+    }
+    record = d.record_after_merge(None, old, "nvidia", NVCT, False, "daemon.json", cdi=True)
+    assert (record["cdi_set"], record["cdi_before"], record["features_key_added"]) == (
+        True,
+        {"missing": True},
+        False,
+    )
+    action, text, undone = d.plan_reset(new, record)
+    assert action == "edit" and json.loads(text) == json.loads(old)
+    assert undone == ["removed runtimes.nvidia", "removed features.cdi"]
+    # An explicit false the operator had is put back, and a features key kubegpu added goes.
+    off = json.dumps({"features": {"cdi": False}})
+    new, _ = d.plan_daemon_json(off, "nvidia", NVCT, False, cdi=True)
+    record = d.record_after_merge(None, off, "nvidia", NVCT, False, "daemon.json", cdi=True)
+    assert json.loads(d.plan_reset(new, record)[1]) == {"features": {"cdi": False}}
+    new, _ = d.plan_daemon_json(None, "nvidia", NVCT, False, cdi=True)
+    record = d.record_after_merge(None, None, "nvidia", NVCT, False, "daemon.json", cdi=True)
+    assert d.plan_reset(new, record)[0] == "remove"
+
+
+def test_cdi_feature_needs_features_to_be_an_object() -> None:
+    with pytest.raises(d.DockerDaemonError, match="`features` is a JSON list"):
+        d.plan_daemon_json('{"features": []}', "nvidia", NVCT, False, cdi=True)

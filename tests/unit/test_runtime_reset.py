@@ -270,6 +270,7 @@ def test_docker_module_present_then_absent(tmp_path: Path, capsys) -> None:
     assert gone["changed"] and gone["undone"] == [
         "removed runtimes.nvidia",
         "removed default-runtime",
+        "removed features.cdi",
     ]
     assert json.loads(path.read_text()) == json.loads(USER_DAEMON)
     assert not Path(args["record_path"]).exists()
