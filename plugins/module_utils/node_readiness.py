@@ -19,10 +19,16 @@ from __future__ import absolute_import, division, print_function
 
 import json
 import os
-import re
 import time
 
+from ansible_collections.kubegpu.gpu.plugins.module_utils.cdi_spec import (
+    NVIDIA_GPU_KIND,
+    CdiSpecError,
+    name_kind,
+    read_spec,
+)
 from ansible_collections.kubegpu.gpu.plugins.module_utils.node_gpu_checks import (
+    _smi_reason,
     smi_gpus,
     gpu_label,
     smi_ok,
@@ -43,6 +49,7 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.node_gpu_checks import
     make_check,
 )
 from ansible_collections.kubegpu.gpu.plugins.module_utils.node_host import (
+    CDI_DIRS,
     CONTAINERD_CONFIGS,
     DEVICE_PLUGIN_DIR,
     DOCKER_CONFIG,
@@ -114,41 +121,148 @@ def check_toolkit(view, runtime):
     )
 
 
-_CDI_NAME = re.compile(r"^\s*-?\s*\"?name\"?\s*:\s*[\"']?([^\"',\s}]+)", re.MULTILINE)
+CDI_REMEDY = (
+    "Generate it: `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` (role "
+    "kubegpu.gpu.nvidia_container_toolkit does), or let NVIDIA's nvidia-cdi-refresh units keep "
+    "/var/run/cdi/nvidia.yaml current (`systemctl enable --now nvidia-cdi-refresh.path`); "
+    "generate again after a driver, GPU or MIG change."
+)
+
+
+def _cdi_specs(view):
+    """([(path, spec)] of kind nvidia.com/gpu, [problems of specs that do not read])."""
+    specs, problems = [], []
+    for item in view["cdi_specs"]:
+        try:
+            spec = read_spec(item["text"], item["path"])
+        except CdiSpecError as exc:
+            problems.append(str(exc))
+            continue
+        if spec["kind"] == NVIDIA_GPU_KIND:
+            specs.append((item["path"], spec))
+    return specs, problems
+
+
+def _cdi_coverage(gpus, names):
+    """(missing, foreign, unmatched MIG UUIDs) of the node's GPUs and MIG devices against the
+    spec's device names. A GPU is named by its index (`0`, `gpu0`) or UUID; a GPU in MIG mode
+    by each of its MIG devices (`0:1`, `mig0:1` or the MIG UUID) instead. Foreign: a name that
+    points at a GPU, MIG device or UUID this node does not have."""
+    kinds = [(n, *name_kind(n)) for n in names]
+    gpu_indices = set(g["index"] for g in gpus)
+    gpu_uuids = set(g.get("uuid") for g in gpus if g.get("uuid"))
+    mig_indices, mig_uuids, unknown_mig_uuid = set(), set(), False
+    for gpu in gpus:
+        if gpu["mig"]["current"]:
+            for device in gpu["mig"]["devices"]:
+                mig_indices.add((gpu["index"], device["index"]))
+                if device.get("uuid"):
+                    mig_uuids.add(device["uuid"])
+                else:
+                    unknown_mig_uuid = True
+    named = set(n for n, _kind, _value in kinds)
+    missing = []
+    for gpu in gpus:
+        if gpu["mig"]["current"]:
+            for device in gpu["mig"]["devices"]:
+                labels = ["%d:%d" % (gpu["index"], device["index"])]
+                labels.append("mig" + labels[0])
+                if device.get("uuid"):
+                    labels.append(device["uuid"])
+                if not named.intersection(labels):
+                    missing.append("MIG device %s of %s" % (labels[0], gpu_label(gpu)))
+            continue
+        labels = [str(gpu["index"]), "gpu%d" % gpu["index"], gpu.get("uuid")]
+        if not named.intersection(labels):
+            missing.append(gpu_label(gpu) + (" " + gpu["uuid"] if gpu.get("uuid") else ""))
+    foreign, unmatched = [], []
+    for name, kind, value in kinds:
+        known = {"gpu-index": gpu_indices, "gpu-uuid": gpu_uuids, "mig-index": mig_indices}
+        if kind in known and value not in known[kind]:
+            foreign.append(name)
+        elif kind == "mig-uuid" and value not in mig_uuids:
+            (unmatched if unknown_mig_uuid else foreign).append(name)
+    return missing, foreign, unmatched
 
 
 def check_cdi(view, smi, runtime):
-    expected = "a CDI spec for nvidia.com/gpu in /etc/cdi or /var/run/cdi naming every GPU"
-    if runtime == "none":
-        return make_check("cdi_spec", "container_toolkit", "skip", "runtime is none", expected)
-    specs = view["cdi_specs"]
-    remedy = (
-        "Generate it: `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` (role "
-        "kubegpu.gpu.nvidia_container_toolkit does), and again after a driver or GPU change."
+    """The node's CDI specs of kind nvidia.com/gpu read as YAML or JSON: they must exist, read,
+    define each device once, and name every GPU and MIG device of the node and no other."""
+    name, layer = "cdi_spec", "container_toolkit"
+    expected = (
+        "a CDI spec of kind nvidia.com/gpu in /etc/cdi or /var/run/cdi naming every GPU (index "
+        "or UUID) and MIG device of this node, and none it does not have"
     )
+    if runtime == "none":
+        return make_check(name, layer, "skip", "runtime is none", expected)
+    specs, problems = _cdi_specs(view)
+    if problems:
+        return make_check(
+            name,
+            layer,
+            "fail",
+            "; ".join(problems),
+            expected,
+            "The runtime cannot inject devices from a spec it cannot read. " + CDI_REMEDY,
+        )
     if not specs:
         return make_check(
-            "cdi_spec", "container_toolkit", "fail", "no NVIDIA CDI spec found", expected, remedy
-        )
-    names = set()
-    for spec in specs:
-        names.update(_CDI_NAME.findall(spec["text"]))
-    observed = "%s; devices: %s" % (
-        ", ".join(s["path"] for s in specs),
-        ", ".join(sorted(names)) or "none",
-    )
-    gpus = smi_gpus(smi) if smi_ok(smi) else []
-    missing = [g for g in gpus if str(g["index"]) not in names and g.get("uuid") not in names]
-    if missing:
-        return make_check(
-            "cdi_spec",
-            "container_toolkit",
-            "warn",
-            observed + "; not in the spec: " + ", ".join(gpu_label(g) for g in missing),
+            name,
+            layer,
+            "fail",
+            "no CDI spec of kind %s in %s" % (NVIDIA_GPU_KIND, ", ".join(CDI_DIRS)),
             expected,
-            remedy,
+            "With CDI (the default) pods get no GPU without it. " + CDI_REMEDY,
         )
-    return make_check("cdi_spec", "container_toolkit", "pass", observed, expected)
+    where = {}
+    for path, spec in specs:
+        for device in spec["devices"]:
+            where.setdefault(device, []).append(path)
+    observed = "%s; devices: %s" % (
+        ", ".join(path for path, _spec in specs),
+        ", ".join(sorted(where)) or "none",
+    )
+    if not where:
+        return make_check(name, layer, "fail", observed, expected, CDI_REMEDY)
+    twice = sorted(n for n, paths in where.items() if len(paths) > 1)
+    if twice:
+        return make_check(
+            name,
+            layer,
+            "fail",
+            observed + "; defined in more than one spec: " + ", ".join(twice),
+            expected,
+            "The runtime's CDI registry refuses device names that two specs define: keep one "
+            "nvidia.com/gpu spec (remove the stale file), then generate it again.",
+        )
+    if not smi_ok(smi):
+        return make_check(name, layer, "skip", observed + "; " + _smi_reason(smi), expected)
+    missing, foreign, unmatched = _cdi_coverage(smi_gpus(smi), sorted(where))
+    if missing or foreign:
+        parts = []
+        if missing:
+            parts.append("not in the spec: " + ", ".join(missing))
+        if foreign:
+            parts.append("not on this node: " + ", ".join(foreign))
+        return make_check(
+            name,
+            layer,
+            "fail",
+            observed + "; " + "; ".join(parts),
+            expected,
+            "The spec is stale (made before a GPU, driver or MIG change, or on another "
+            "machine). " + CDI_REMEDY,
+        )
+    if unmatched:
+        return make_check(
+            name,
+            layer,
+            "warn",
+            observed + "; MIG UUIDs not checked (nvidia-smi gave none): " + ", ".join(unmatched),
+            expected,
+            "Check them against `nvidia-smi -L`; " + CDI_REMEDY,
+        )
+    return make_check(name, layer, "pass", observed, expected)
 
 
 def _binary_present(view, path):

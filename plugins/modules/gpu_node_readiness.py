@@ -25,8 +25,10 @@ description:
     HGX/DGX system name)."
   - "gpu: no uncorrectable ECC errors, no page retirement pending, no row remap pending or
     failed; MIG mode equal to O(mig_mode)."
-  - "container toolkit: nvidia-container-runtime or nvidia-ctk installed; a CDI spec naming
-    every GPU."
+  - "container toolkit: nvidia-container-runtime or nvidia-ctk installed; the CDI specs of kind
+    nvidia.com/gpu in /etc/cdi and /var/run/cdi (YAML or JSON) read, define each device once,
+    and name every GPU (by index or UUID) and every MIG device the node has, and none it does
+    not have (a spec from before a GPU or MIG change, or from another machine, fails)."
   - "container runtime: the configuration of O(runtime) (containerd with its imported
     drop-ins, docker's daemon.json, or CRI-O's drop-ins) defines the nvidia runtime; the
     runtime's service is active and started after those files last changed, with no restart a

@@ -9,6 +9,7 @@ capture shows are made by changing one value of a real capture, and say so.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from ansible_collections.kubegpu.gpu.plugins.module_utils import node_readiness as nr
 from ansible_collections.kubegpu.gpu.plugins.module_utils import nvidia_smi as smi
 
@@ -46,13 +48,18 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def cdi_spec(names: list[str]) -> str:
-    """A CDI spec in the layout nvidia-ctk cdi generate writes, for the given device names."""
-    devices = "".join(
-        f'- name: "{n}"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n'
-        for n in names
-    )
-    return f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n{devices}"
+CDI = Path(__file__).parent / "data" / "cdi"
+
+
+def cdi_spec(names: list[str], form: str = "yaml") -> str:
+    """A CDI spec in nvidia-ctk's layout and key order, assembled from real pieces
+    (tests/unit/data/cdi/SOURCES.md): the shared containerEdits of a 575.57.08 spec, then for
+    each name the device entry of GPU 0 of an 8-GPU machine, named, then the kind."""
+    head = (CDI / "docker-buildx-3295-nvidia-ctk-575.57.08-spec-head.yaml").read_text()
+    entry = (CDI / "nvidia-container-toolkit-314-device-entry-gpu0.yaml").read_text()
+    devices = "".join(f'{entry}  name: "{n}"\n' for n in names)
+    text = f"{head}devices:\n{devices}kind: nvidia.com/gpu\n"
+    return json.dumps(yaml.safe_load(text), indent=2) if form == "json" else text
 
 
 def build_node(root: Path, fixtures: Path, capture: str = T4) -> Path:
@@ -339,7 +346,7 @@ HOST_CASES = [
         remove("etc/cdi/nvidia.yaml"),
         "cdi_spec",
         "fail",
-        "no NVIDIA CDI spec",
+        "no CDI spec of kind nvidia.com/gpu in /etc/cdi, /var/run/cdi",
         "nvidia-ctk cdi generate",
     ),
     (
@@ -349,7 +356,7 @@ HOST_CASES = [
             remove("etc/cdi/nvidia.yaml"),
         ),
         "cdi_spec",
-        "warn",
+        "fail",
         "not in the spec: GPU 0",
         "nvidia-ctk cdi generate",
     ),
@@ -874,3 +881,110 @@ def test_cdi_spec_under_var_run_link_counted_once(node: Path, t4: dict[str, Any]
     check = evaluate(node, t4)["cdi_spec"]
     assert check["status"] == "pass"
     assert check["observed"] == "/var/run/cdi/nvidia.yaml; devices: 0, all"
+
+
+# --- the CDI spec against the node's GPUs and MIG devices ---------------------------------------
+
+PR314_NAMES = [
+    line.split(":", 1)[1].strip().strip('"')
+    for line in (CDI / "nvidia-container-toolkit-314-device-names-8gpu.txt")
+    .read_text()
+    .splitlines()
+]
+OTHER_UUID = PR314_NAMES[1]  # GPU 0 of the 8-GPU machine
+
+
+@pytest.mark.parametrize(
+    ("names", "form"),
+    [
+        (["0", T4_UUID, "all"], "yaml"),  # nvidia-ctk's default names: index and UUID
+        (["0", T4_UUID, "all"], "json"),  # --format=json
+        ([T4_UUID], "yaml"),  # --device-name-strategy=uuid
+        (["gpu0", "all"], "yaml"),  # --device-name-strategy=type-index
+    ],
+)
+def test_cdi_spec_naming_every_gpu_passes(
+    node: Path, t4: dict[str, Any], names: list[str], form: str
+) -> None:
+    remove("etc/cdi/nvidia.yaml")(node)
+    path = "etc/cdi/nvidia." + form
+    write(node / path, cdi_spec(names, form))
+    check = evaluate(node, t4)["cdi_spec"]
+    assert check["status"] == "pass", check
+    assert check["observed"] == f"/{path}; devices: {', '.join(sorted(names))}"
+
+
+@pytest.mark.parametrize(
+    ("names", "status", "observed"),
+    [
+        # The real names of an 8-GPU machine on this 1-GPU node: index 0 matches, the rest are
+        # another machine's GPUs.
+        (PR314_NAMES, "fail", "not on this node: 1, 2, 3, 4, 5, 6, 7, GPU-"),
+        # Another machine's UUID only: GPU 0 is not named, and the UUID is foreign.
+        (
+            [OTHER_UUID, "all"],
+            "fail",
+            f"not in the spec: GPU 0 (00000000:00:1E.0) {T4_UUID}; not on this node: {OTHER_UUID}",
+        ),
+        (["all"], "fail", "not in the spec: GPU 0"),  # "all" alone names no GPU
+        ([], "fail", "devices: none"),  # an empty device list
+        (["0", "1", "all"], "fail", "not on this node: 1"),
+        (["0:0", "0", "all"], "fail", "not on this node: 0:0"),  # MIG is off on the T4
+    ],
+)
+def test_cdi_spec_cannot_pass_vacuously(
+    node: Path, t4: dict[str, Any], names: list[str], status: str, observed: str
+) -> None:
+    write(node / "etc/cdi/nvidia.yaml", cdi_spec(names))
+    check = evaluate(node, t4)["cdi_spec"]
+    assert check["status"] == status and observed in check["observed"], check
+    assert "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml" in check["remedy"]
+    assert "nvidia-cdi-refresh" in check["remedy"]
+
+
+def test_cdi_spec_problems_that_stop_the_runtime(node: Path, t4: dict[str, Any]) -> None:
+    # The same device in two specs: containerd's CDI registry refuses the conflict.
+    write(node / "var/run/cdi/nvidia.json", cdi_spec(["0", "all"], "json"))
+    check = evaluate(node, t4)["cdi_spec"]
+    assert check["status"] == "fail"
+    assert "defined in more than one spec: 0, all" in check["observed"]
+    assert "remove the stale file" in check["remedy"]
+    remove("var/run/cdi/nvidia.json")(node)
+    # A spec that does not read: the file and the place are named.
+    write(node / "etc/cdi/nvidia.yaml", cdi_spec(["0"]).replace("  env:\n", "  env:\n\t- x\n"))
+    check = evaluate(node, t4)["cdi_spec"]
+    assert check["status"] == "fail", check
+    assert check["observed"].startswith("/etc/cdi/nvidia.yaml: ") and "line 10" in check["observed"]
+    # Only a spec of another NVIDIA kind: no nvidia.com/gpu spec.
+    write(
+        node / "etc/cdi/nvidia.yaml",
+        cdi_spec(["all"]).replace("kind: nvidia.com/gpu", "kind: management.nvidia.com/gpu"),
+    )
+    check = evaluate(node, t4)["cdi_spec"]
+    assert check["status"] == "fail" and "no CDI spec of kind nvidia.com/gpu" in check["observed"]
+
+
+def test_cdi_spec_without_gpu_data_is_not_passed(node: Path, fixtures_real: Path) -> None:
+    text = (fixtures_real / "nvidia-smi-errors/couldnt-communicate.txt").read_text()
+    check = evaluate(node, run_smi(fixtures_real, text=text, rc=9))["cdi_spec"]
+    assert check["status"] == "skip" and "nvidia-smi gave no GPU data" in check["observed"]
+
+
+@pytest.mark.parametrize(
+    ("names", "status", "observed"),
+    [
+        (["0:0", "0:1", "all"], "pass", "devices: 0:0, 0:1, all"),
+        (["mig0:0", "mig0:1"], "pass", "devices: mig0:0, mig0:1"),
+        (["0", "all"], "fail", "not in the spec: MIG device 0:0 of GPU 0"),
+        (["0:0", "0:1", "0:2"], "fail", "not on this node: 0:2"),
+        # The MIG devices' UUIDs are not in the capture (driver 510 -q -x; -L not captured).
+        (["0:0", "0:1", "MIG-GPU-27b94a00-ed54-5c24-b1fd-1054085de32a/1/0"], "warn", "not checked"),
+    ],
+)
+def test_cdi_spec_names_every_mig_device(
+    tmp_path: Path, fixtures_real: Path, names: list[str], status: str, observed: str
+) -> None:
+    root = build_node(tmp_path / "host", fixtures_real, A100)
+    write(root / "etc/cdi/nvidia.yaml", cdi_spec(names))
+    check = evaluate(root, run_smi(fixtures_real, A100))["cdi_spec"]
+    assert check["status"] == status and observed in check["observed"], check
