@@ -6,7 +6,7 @@ The module in src/ (go.mod, go.sum) requires `k8s.io/kubernetes` at a release ta
 Kubernetes from its module; etcd's server comes at the release Kubernetes' own go.mod pins.
 `go build -mod=readonly` then builds, from the Go module proxy's sources verified against go.sum:
 
-    kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd
+    kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kubeadm etcd
 
 with component-base's version set from the release (`kubectl version` and the API server's
 `/version` say v1.37.x, as an official build does). The binaries are kept under a key that hashes
@@ -46,6 +46,7 @@ PROGRAMS = {
     "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
     "kubelet": "k8s.io/kubernetes/cmd/kubelet",
     "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+    "kubeadm": "k8s.io/kubernetes/cmd/kubeadm",
     "etcd": "./cmd/etcd",
 }
 VERSION_PACKAGE = "k8s.io/component-base/version"
