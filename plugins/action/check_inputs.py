@@ -64,6 +64,15 @@ class ActionModule(ActionBase):
             given, others = self._given(task_vars, inputs.CLUSTER_ROLES, unread)
             for role in inputs.CLUSTER_ROLES:
                 problems.extend(inputs.role_problems(role, options[role], given[role], rules[role]))
+            problems.extend(
+                inputs.global_problems(
+                    {
+                        n: self._templar.template(task_vars[n])
+                        for n in inputs.GLOBAL_CHOICES
+                        if n in task_vars
+                    }
+                )
+            )
         problems.extend(inputs.merge(misspelled))
         if scope == "all":
             problems.extend(p for p in inputs.misspelled(others, known) if p not in problems)

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_settings as cs
+from ansible_collections.kubegpu.gpu.plugins.module_utils import kubeadm_bootstrap as kb
 from ansible_collections.kubegpu.gpu.plugins.module_utils import kubelet as kl
 from ansible_collections.kubegpu.gpu.plugins.module_utils import kubelet_labels as kll
 
@@ -27,7 +28,9 @@ NODE_ROLES = (
     "container_runtime",
     "kubelet_gpu",
 )
-CLUSTER_ROLES = ("gpu_cluster", "gpu_tenancy")
+CLUSTER_ROLES = ("cluster_bootstrap", "gpu_cluster", "gpu_tenancy")
+# kubegpu_* globals with a fixed set of values: name -> (allowed, default).
+GLOBAL_CHOICES = {"kubegpu_cluster_bootstrap": (("none", "kubeadm"), "none")}
 # Variables with a role's prefix that a role sets for the roles after it: not inputs.
 OUTPUTS = frozenset(("nvidia_driver_installed",))
 # The kubelet checks' parameter names, as the inventory variables they come from.
@@ -202,6 +205,32 @@ def role_problems(
             problems.extend(kubelet_problems(known))
         if role == "gpu_cluster" and not result.error_messages:
             problems.extend(cluster_problems(known))
+        if role == "cluster_bootstrap" and not result.error_messages:
+            problems.extend(bootstrap_problems(known, rules or {}))
+    return problems
+
+
+def bootstrap_problems(given: dict[str, t.Any], rules: t.Mapping[str, t.Any]) -> list[str]:
+    """kubeadm's settings as the cluster_bootstrap role renders them: the values given over the
+    role's defaults, so that a pod network given alone is checked against the default service
+    network."""
+    settings = {
+        name[len(kb.PREFIX) :]: value
+        for name, value in {**rules, **given}.items()
+        if name.startswith(kb.PREFIX)
+    }
+    return list(kb.validate(settings))
+
+
+def global_problems(given: t.Mapping[str, t.Any]) -> list[str]:
+    """The kubegpu_* globals that take one of a few values."""
+    problems = []
+    for name, (allowed, default) in GLOBAL_CHOICES.items():
+        value = given.get(name, default)
+        if value not in allowed:
+            problems.append(
+                f"{name} is {value!r}: it is one of {', '.join(allowed)} (default {default})"
+            )
     return problems
 
 
