@@ -2,10 +2,12 @@
 
 Real parts: Debian 12 nodes with systemd, real apt through the testbed's proxy, the testbed's
 signed vendor repository served on the bridge (an operator-given mirror as far as the role
-can tell), containerd 1.6 and runc from Debian on the node that can run containers, and
-systemd restarting it. Test doubles, named as such: the toolkit packages (the testbed builds
-them; they say TEST DOUBLE) and, on the node with a SIMULATED GPU, an nvidia-smi replaying a
-real capture; nvidia-ctk's double generates the CDI spec from it.
+can tell) holding NVIDIA's toolkit programs built from NVIDIA's Go module (nvidia-ctk,
+nvidia-container-runtime, the hooks, and at 1.20.2 NVIDIA's nvidia-cdi-refresh units),
+containerd 1.6 and runc from Debian on the node that can run containers, and systemd restarting
+it. Test doubles, named as such: libnvidia-container (nvidia-container-cli, which needs a GPU)
+and, on the node with a SIMULATED GPU, an nvidia-smi replaying a real capture; NVIDIA's
+nvidia-ctk reads GPUs through NVML, finds none there, and the role reports what it said.
 """
 
 from __future__ import annotations
@@ -260,8 +262,8 @@ def test_toolkit_is_installed_pinned_and_held(
         assert installed(testbed, node) == dict.fromkeys(PACKAGES, "1.17.8-1 hold ok installed"), (
             node
         )
-        assert "kubegpu TEST DOUBLE" in ssh_ok(
-            testbed, node, "cat /usr/share/doc/nvidia-container-toolkit/TEST-DOUBLE"
+        assert "built by the kubegpu testbed from github.com/NVIDIA" in ssh_ok(
+            testbed, node, "cat /usr/share/doc/nvidia-container-toolkit/KUBEGPU-TESTBED-BUILD"
         )
         source = ssh_ok(
             testbed, node, "cat /etc/apt/sources.list.d/kubegpu-nvidia-container-toolkit.sources"
@@ -270,7 +272,7 @@ def test_toolkit_is_installed_pinned_and_held(
         assert "Pin: version 1.17.8-1" in ssh_ok(
             testbed, node, "cat /etc/apt/preferences.d/kubegpu-nvidia-container-toolkit"
         )
-    # 1.18.0-1 is in the repository too, but neither an upgrade nor a dist-upgrade moves them.
+    # 1.20.2-1 is in the repository too, but neither an upgrade nor a dist-upgrade moves them.
     for command in ("upgrade", "dist-upgrade"):
         simulated = ssh_ok(testbed, toolkit_nodes[0], f"apt-get -s {command}")
         assert not [
@@ -278,47 +280,71 @@ def test_toolkit_is_installed_pinned_and_held(
             for ln in simulated.splitlines()
             if ln.startswith("Inst") and any(p in ln for p in PACKAGES)
         ]
-    # CDI: the GPU-less node is skipped with the reason, the simulated one gets a spec
+    # CDI: 1.17.8 has no refresh units, so the role generates the spec itself. The GPU-less
+    # node is skipped with the reason; on the SIMULATED one NVIDIA's nvidia-ctk runs, finds no
+    # GPU through NVML, and the role reports what it said: no spec, no change.
     skip = run.task("Skip the CDI spec because the node has no working NVIDIA driver", plain_node)
     assert "CDI spec not generated on" in skip["msg"] and "not_installed" in skip["msg"], skip[
         "msg"
     ]
     assert ssh(testbed, plain_node, "test -e /etc/cdi/nvidia.yaml").returncode == 1
-    spec = ssh_ok(testbed, gpu_node, "cat /etc/cdi/nvidia.yaml")
-    assert "kubegpu.io/simulated" in spec and "nvidia.com/gpu" in spec
-    assert run.task("Generate the CDI spec with nvidia-ctk", gpu_node)["changed"] is True
+    generated = run.task("Generate the CDI spec with nvidia-ctk", gpu_node)
+    assert generated["rc"] == 1 and generated["changed"] is False
+    said = run.task("Report what nvidia-ctk said about the simulated GPUs", gpu_node)["msg"]
+    assert "SIMULATED" in said and "failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND" in said
+    assert ssh(testbed, gpu_node, "test -e /etc/cdi/nvidia.yaml").returncode == 1
+    converged_again(play, toolkit_nodes, "1.17.8-1")
 
 
-def test_toolkit_upgrade_moves_the_hold_and_regenerates_cdi(
-    testbed: TestbedState, play, toolkit_nodes: list[str], gpu_node: str
+def converged_again(play, nodes: list[str], version: str) -> Run:
+    """The toolkit play once more at version, with the simulated nvidia-smi: it changes nothing."""
+    again = play(
+        TOOLKIT_PLAY, nodes, kubegpu_toolkit_version=version, kubegpu_nvidia_smi=SIMULATED_SMI
+    )
+    assert again.rc == 0, again.explain()
+    for node in nodes:
+        assert again.stats(node)["changed"] == 0, (node, again.explain())
+    return again
+
+
+REFRESH_DROPIN = "/etc/systemd/system/nvidia-cdi-refresh.service.d/60-kubegpu.conf"
+
+
+def test_toolkit_upgrade_moves_the_hold_and_hands_cdi_to_nvidias_refresh_units(
+    testbed: TestbedState, play, toolkit_nodes: list[str], gpu_node: str, plain_node: str
 ) -> None:
     run = play(
         TOOLKIT_PLAY,
         toolkit_nodes,
-        kubegpu_toolkit_version="1.18.0-1",
+        kubegpu_toolkit_version="1.20.2-1",
         kubegpu_nvidia_smi=SIMULATED_SMI,
     )
     assert run.rc == 0, run.explain()
     for node in toolkit_nodes:
-        assert installed(testbed, node) == dict.fromkeys(PACKAGES, "1.18.0-1 hold ok installed"), (
+        assert installed(testbed, node) == dict.fromkeys(PACKAGES, "1.20.2-1 hold ok installed"), (
             node
         )
-    assert run.task("Generate the CDI spec with nvidia-ctk", gpu_node)["changed"] is True
-    stamp = json.loads(
-        ssh_ok(testbed, gpu_node, "cat /var/lib/kubegpu/nvidia-container-toolkit-cdi.inputs.json")
-    )
-    assert stamp["toolkit_version"] == "1.18.0-1" and stamp["gpus"] and stamp["driver_version"]
-
-    again = play(
-        TOOLKIT_PLAY,
-        toolkit_nodes,
-        kubegpu_toolkit_version="1.18.0-1",
-        kubegpu_nvidia_smi=SIMULATED_SMI,
-    )
-    assert again.rc == 0, again.explain()
+        # 1.20.2 ships nvidia-cdi-refresh.path/.service: the role points the service at its
+        # spec path and enables the path unit, and runs no nvidia-ctk of its own.
+        assert "Environment=NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/etc/cdi/nvidia.yaml" in ssh_ok(
+            testbed, node, f"cat {REFRESH_DROPIN}"
+        )
+        assert ssh_ok(
+            testbed,
+            node,
+            "systemctl is-enabled nvidia-cdi-refresh.path; systemctl is-active"
+            " nvidia-cdi-refresh.path; systemctl show -p Environment --value"
+            " nvidia-cdi-refresh.service",
+        ).split() == ["enabled", "active", "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/etc/cdi/nvidia.yaml"]
+        assert not any(n.endswith("Generate the CDI spec with nvidia-ctk") for n in run.names(node))
+    said = run.task("Report what NVIDIA's CDI refresh does on this node", gpu_node)["msg"]
+    assert "SIMULATED" in said and "nvidia-cdi-refresh.path is enabled" in said
+    said = run.task("Report what NVIDIA's CDI refresh does on this node", plain_node)["msg"]
+    assert "no usable NVIDIA driver" in said
     for node in toolkit_nodes:
-        assert again.stats(node)["changed"] == 0, (node, again.explain())
-    assert again.task("Generate the CDI spec with nvidia-ctk", gpu_node).get("skipped") is True
+        assert ssh(testbed, node, "test -e /etc/cdi/nvidia.yaml").returncode == 1
+
+    again = converged_again(play, toolkit_nodes, "1.20.2-1")
     # One read told the role the keyring, its folder and the source are as they should be: no
     # file is written.
     evaluated = again.names(gpu_node)
@@ -330,7 +356,7 @@ def test_toolkit_upgrade_moves_the_hold_and_regenerates_cdi(
         "Copy the repository's signing key from the controller",
         KEYRING_DIR_TASK,
         "Add the repository as a deb822 source signed by that key",
-        "Pin the toolkit packages at 1.18.0-1",
+        "Pin the toolkit packages at 1.20.2-1",
         "Read which packages are installed",
         "Move, install or hold the toolkit packages",
     ):
@@ -362,18 +388,18 @@ def test_a_changed_keyring_pin_and_one_of_the_other_format_are_put_right(
         f"echo not-a-key > {KEYRING}; chmod 600 {KEYRING}; touch {other}; echo '# local' >> {PIN}"
         f"; apt-mark unhold {PACKAGES[0]}",
     )
-    run = play(TOOLKIT_PLAY, [node], kubegpu_toolkit_version="1.18.0-1")
+    run = play(TOOLKIT_PLAY, [node], kubegpu_toolkit_version="1.20.2-1")
     assert run.rc == 0, run.explain()
     # The released hold brings the package steps back: APT has nothing to do, the hold is set.
-    assert run.task("Install the toolkit packages at 1.18.0-1", node).get("skipped") is True
+    assert run.task("Install the toolkit packages at 1.20.2-1", node).get("skipped") is True
     assert run.task("Hold the toolkit packages at their version", node)["changed"]
-    assert installed(testbed, node) == dict.fromkeys(PACKAGES, "1.18.0-1 hold ok installed")
+    assert installed(testbed, node) == dict.fromkeys(PACKAGES, "1.20.2-1 hold ok installed")
     assert run.task("Copy the repository's signing key from the controller", node)["changed"]
     assert run.task(KEYRING_DIR_TASK, node)["changed"]
-    assert run.task("Pin the toolkit packages at 1.18.0-1", node)["changed"]
+    assert run.task("Pin the toolkit packages at 1.20.2-1", node)["changed"]
     assert ssh_ok(testbed, node, f"sha256sum {files}; stat -c '%a %U %G' {files}") == good
     assert ssh(testbed, node, f"test -e {other}").returncode == 1
-    again = play(TOOLKIT_PLAY, [node], kubegpu_toolkit_version="1.18.0-1")
+    again = play(TOOLKIT_PLAY, [node], kubegpu_toolkit_version="1.20.2-1")
     assert again.rc == 0, again.explain()
     assert again.stats(node)["changed"] == 0, again.explain()
     assert again.task(SETUP_INCLUDE, node).get("skipped") is True
@@ -381,13 +407,13 @@ def test_a_changed_keyring_pin_and_one_of_the_other_format_are_put_right(
     alone = play(
         TOOLKIT_PLAY,
         [node],
-        kubegpu_toolkit_version="1.18.0-1",
+        kubegpu_toolkit_version="1.20.2-1",
         nvidia_container_toolkit_repo_manage="false",
     )
     assert alone.rc == 0, alone.explain()
     assert alone.stats(node)["changed"] == 0, alone.explain()
     assert alone.task("Read which packages are installed", node).get("skipped") is not True
-    assert alone.task("Pin the toolkit packages at 1.18.0-1", node).get("skipped") is not True
+    assert alone.task("Pin the toolkit packages at 1.20.2-1", node).get("skipped") is not True
 
 
 def _key_fingerprint(path: str) -> str:
@@ -415,7 +441,7 @@ def test_a_fingerprint_pinned_later_is_checked_against_the_keyring_already_there
     bad = play(
         TOOLKIT_PLAY,
         [node],
-        kubegpu_toolkit_version="1.18.0-1",
+        kubegpu_toolkit_version="1.20.2-1",
         nvidia_container_toolkit_repo_key_fingerprint=wrong,
     )
     assert bad.rc != 0
@@ -426,7 +452,7 @@ def test_a_fingerprint_pinned_later_is_checked_against_the_keyring_already_there
     good = play(
         TOOLKIT_PLAY,
         [node],
-        kubegpu_toolkit_version="1.18.0-1",
+        kubegpu_toolkit_version="1.20.2-1",
         nvidia_container_toolkit_repo_key_fingerprint=real,
     )
     assert good.rc == 0, good.explain()
@@ -437,7 +463,7 @@ def test_a_fingerprint_pinned_later_is_checked_against_the_keyring_already_there
     again = play(
         TOOLKIT_PLAY,
         [node],
-        kubegpu_toolkit_version="1.18.0-1",
+        kubegpu_toolkit_version="1.20.2-1",
         nvidia_container_toolkit_repo_key_fingerprint=real,
     )
     assert again.rc == 0, again.explain()

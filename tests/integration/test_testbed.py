@@ -196,7 +196,8 @@ PLAY_VENDOR = """
 def toolkit_installed(
     testbed: TestbedState, ansible_bin: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, str]:
-    """Install the pinned test doubles: 1.17.8-1 on the first node, 1.18.0-1 on the others."""
+    """Install the toolkit from the testbed's repository: 1.17.8-1 on the first node, 1.20.2-1
+    (the pin) on the others."""
     play = tmp_path_factory.mktemp("vendor") / "vendor.yml"
     play.write_text(PLAY_VENDOR)
     # The nodes are shared by the session: an earlier test may have installed (and held) the
@@ -214,8 +215,8 @@ def toolkit_installed(
         proc = _ssh(testbed, node, clean)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     first, rest = testbed.node_names[0], list(testbed.node_names[1:])
-    versions = {first: "1.17.8-1", **dict.fromkeys(rest, "1.18.0-1")}
-    for version in ("1.17.8-1", "1.18.0-1"):
+    versions = {first: "1.17.8-1", **dict.fromkeys(rest, "1.20.2-1")}
+    for version in ("1.17.8-1", "1.20.2-1"):
         hosts = [n for n, v in versions.items() if v == version]
         if hosts:
             _playbook(
@@ -230,20 +231,56 @@ def toolkit_installed(
     return versions
 
 
-def test_vendor_repo_installs_the_pinned_test_doubles(
+def test_vendor_repo_installs_nvidias_programs_built_from_source(
     testbed: TestbedState, toolkit_installed: dict[str, str]
 ) -> None:
+    for node, version in toolkit_installed.items():
+        upstream = version.split("-")[0]
+        proc = _ssh(
+            testbed,
+            node,
+            "nvidia-ctk --version; nvidia-container-runtime --version | head -1;"
+            " nvidia-cdi-hook --version; nvidia-container-toolkit --version;"
+            " dpkg-query -W nvidia-container-toolkit;"
+            " cat /usr/share/doc/nvidia-container-toolkit/KUBEGPU-TESTBED-BUILD"
+            " /usr/share/doc/libnvidia-container-tools/TEST-DOUBLE;"
+            " nvidia-container-cli --version | head -1",
+        )
+        lines = proc.stdout.splitlines()
+        assert lines[:4] == [
+            f"NVIDIA Container Toolkit CLI version {upstream}",
+            f"NVIDIA Container Runtime version {upstream}",
+            f"NVIDIA CDI Hook version {upstream}",
+            f"NVIDIA Container Runtime Hook version {upstream}",
+        ], proc.stdout + proc.stderr
+        assert lines[4] == f"nvidia-container-toolkit\t{version}"
+        built = f"built by the kubegpu testbed from github.com/NVIDIA/nvidia-container-toolkit@v{upstream}"
+        assert built in lines[5]
+        assert "kubegpu TEST DOUBLE" in lines[6]
+        assert lines[7] == f"cli-version: {upstream}"
+        # NVIDIA's postinst wrote the runtime's configuration with nvidia-ctk.
+        config = _ssh(testbed, node, "cat /etc/nvidia-container-runtime/config.toml").stdout
+        assert "[nvidia-container-runtime]" in config and "[nvidia-container-cli]" in config
+
+
+def test_nvidias_cdi_refresh_units_come_with_the_release_that_ships_them(
+    testbed: TestbedState, toolkit_installed: dict[str, str]
+) -> None:
+    """1.20.2 ships nvidia-cdi-refresh.path/.service, enabled on install as debhelper does for
+    NVIDIA's package; on a node without a driver the service's conditions skip it. 1.17.8 has
+    none."""
     for node, version in toolkit_installed.items():
         proc = _ssh(
             testbed,
             node,
-            "nvidia-ctk --version; dpkg-query -W nvidia-container-toolkit;"
-            " apt-cache show nvidia-container-toolkit=" + version,
+            "systemctl is-enabled nvidia-cdi-refresh.path nvidia-cdi-refresh.service;"
+            " systemctl is-active nvidia-cdi-refresh.path;"
+            " systemctl show -p ConditionResult --value nvidia-cdi-refresh.service",
         )
-        lines = proc.stdout.splitlines()
-        assert lines[0] == f"NVIDIA Container Toolkit CLI version {version.split('-')[0]}"
-        assert lines[2] == f"nvidia-container-toolkit\t{version}"
-        assert "kubegpu TEST DOUBLE" in proc.stdout
+        if version.startswith("1.17."):
+            assert "enabled" not in proc.stdout, proc.stdout
+            continue
+        assert proc.stdout.split() == ["enabled", "enabled", "active", "no"], proc.stdout
 
 
 def test_gpu_less_node_fails_cdi_generation_like_the_real_tool(
@@ -270,6 +307,9 @@ def _capture_uuids(capture: str) -> list[str]:
 def test_simulated_gpu_node_replays_its_capture(
     testbed: TestbedState, toolkit_installed: dict[str, str]
 ) -> None:
+    """The replaying nvidia-smi and the nvidia-container-cli double show the capture's GPUs;
+    NVIDIA's nvidia-ctk reads GPUs through NVML, which the simulation does not provide, and
+    says so."""
     simulated = [n for n in testbed.nodes if n.simulated_gpu]
     if not simulated:
         pytest.skip("no node with a simulated GPU in this testbed")
@@ -280,16 +320,17 @@ def test_simulated_gpu_node_replays_its_capture(
         testbed,
         node.name,
         "command -v nvidia-smi || echo no-real-nvidia-smi; "
-        "/usr/local/lib/kubegpu-simulated/nvidia-smi -L; "
-        "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml && nvidia-ctk cdi list; "
-        "head -1 /etc/cdi/nvidia.yaml",
+        "/usr/local/lib/kubegpu-simulated/nvidia-smi -L; nvidia-container-cli info; "
+        "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml; echo rc=$?; "
+        "test -e /etc/cdi/nvidia.yaml; echo file=$?",
     )
     assert proc.stdout.startswith("no-real-nvidia-smi\n")
     for uuid in uuids:
         assert f"(UUID: {uuid})" in proc.stdout
-        assert f"nvidia.com/gpu={uuid}" in proc.stdout
-    assert "nvidia.com/gpu=all" in proc.stdout
-    assert "SIMULATED" in proc.stdout.splitlines()[-1]
+        assert f"GPU UUID:       {uuid}" in proc.stdout
+    assert "SIMULATED" in proc.stdout
+    assert "failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND" in proc.stderr
+    assert "rc=1" in proc.stdout and "file=1" in proc.stdout
 
 
 def test_containers_node_has_what_containerd_needs(testbed: TestbedState) -> None:

@@ -1,15 +1,24 @@
 """A local signed apt repository that stands in for NVIDIA's vendor repository.
 
-It holds test doubles of the packages only the vendor carries (nvidia-container-toolkit and
-its companions), in two versions so that pinning can be tested, signed with a throwaway key
-made for this testbed. It is laid out like the vendor's flat repository
-(`<url>/stable/deb/amd64 /`), so roles see an ordinary operator-given mirror.
+It holds the packages only the vendor carries (nvidia-container-toolkit and its companions), in
+two versions so that pinning, holds and upgrades can be tested, signed with a throwaway key made
+for this testbed. It is laid out like the vendor's flat repository (`<url>/stable/deb/amd64 /`),
+so roles see an ordinary operator-given mirror.
+
+nvidia-container-toolkit-base and nvidia-container-toolkit carry NVIDIA's real programs
+(nvidia-ctk, nvidia-container-runtime, nvidia-container-runtime-hook, nvidia-cdi-hook), built
+from NVIDIA's Go module at that release by toolkit_build.py and split into the two packages as
+the module's own packaging/debian/*.install files say, with NVIDIA's systemd units and udev rule
+where that release has them. They are built by the kubegpu testbed, not by NVIDIA, and say so.
+libnvidia-container1 and libnvidia-container-tools (nvidia-container-cli, C code that needs a
+GPU) stay TEST DOUBLES and say so.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import shutil
 import tarfile
@@ -18,9 +27,12 @@ from email.utils import formatdate
 from importlib import resources
 from pathlib import Path
 
+from kubegpu.testbed import toolkit_build
 from kubegpu.testbed._proc import run, write_file
 
-VERSIONS = ("1.18.0-1", "1.17.8-1")
+# The pin (the newest) and an older release without NVIDIA's CDI refresh units, for the
+# upgrade, hold and downgrade tests: the toolkit releases toolkit-src/ has a module for.
+VERSIONS = ("1.20.2-1", "1.17.8-1")
 DEFAULT_VERSION = VERSIONS[0]
 REPO_PATH = "libnvidia-container"  # the vendor repository's name, as in its URL
 FLAT_DIR = "stable/deb/amd64"
@@ -30,6 +42,13 @@ DOUBLE_NOTE = (
     " It installs scripts that imitate the real programs' interfaces so that roles can be\n"
     " tested on machines without a GPU. Never install it on a real system."
 )
+BUILT_NOTE = (
+    " NVIDIA's programs built by the kubegpu testbed from NVIDIA's Go module\n"
+    " @MODULE@ (toolkit_build.py), packaged as NVIDIA's\n"
+    " packaging/debian files split them. Not NVIDIA's own package: for tests only."
+)
+BUILT_MARKER = "KUBEGPU-TESTBED-BUILD"
+DOUBLE_MARKER = "TEST-DOUBLE"
 
 
 @dataclass(frozen=True)
@@ -40,10 +59,82 @@ class PackageSpec:
     depends: tuple[str, ...] = ()
     conffiles: tuple[str, ...] = ()
     section: str = "utils"
+    # Built from NVIDIA's module: path in the package -> (file in the build, mode)
+    built: dict[str, tuple[Path, int]] | None = None
+    module: str = ""
+    scripts: dict[str, str] | None = None  # maintainer scripts: name -> text
 
 
-def package_specs(version: str) -> list[PackageSpec]:
+# What NVIDIA's maintainer scripts do, written for these packages: the base package writes
+# the runtime's config.toml with nvidia-ctk (NVIDIA ships none; its postinst makes it), and, where
+# the release ships the CDI refresh units, enables and starts them as debhelper's systemd
+# helpers do for NVIDIA's packages; the toolkit package links nvidia-container-toolkit to the hook.
+BASE_POSTINST = """#!/bin/sh
+set -e
+if [ "$1" = configure ]; then
+    /usr/bin/nvidia-ctk --quiet config --config-file=/etc/nvidia-container-runtime/config.toml --in-place
+    if [ -e /lib/systemd/system/nvidia-cdi-refresh.path ]; then
+        if command -v udevadm >/dev/null 2>&1; then
+            udevadm control --reload-rules >/dev/null 2>&1 || true
+        fi
+        if command -v deb-systemd-helper >/dev/null 2>&1; then
+            deb-systemd-helper unmask nvidia-cdi-refresh.path nvidia-cdi-refresh.service >/dev/null || true
+            deb-systemd-helper enable nvidia-cdi-refresh.path nvidia-cdi-refresh.service >/dev/null || true
+        fi
+        if [ -d /run/systemd/system ]; then
+            systemctl --system daemon-reload >/dev/null || true
+            deb-systemd-invoke start nvidia-cdi-refresh.path nvidia-cdi-refresh.service >/dev/null || true
+        fi
+    fi
+fi
+exit 0
+"""
+BASE_PRERM = """#!/bin/sh
+set -e
+if [ "$1" = remove ] && [ -d /run/systemd/system ] && [ -e /lib/systemd/system/nvidia-cdi-refresh.path ]; then
+    deb-systemd-invoke stop nvidia-cdi-refresh.path nvidia-cdi-refresh.service >/dev/null || true
+fi
+exit 0
+"""
+BASE_POSTRM = """#!/bin/sh
+set -e
+if [ "$1" = purge ] && command -v deb-systemd-helper >/dev/null 2>&1; then
+    deb-systemd-helper purge nvidia-cdi-refresh.path nvidia-cdi-refresh.service >/dev/null || true
+fi
+if [ -d /run/systemd/system ]; then
+    systemctl --system daemon-reload >/dev/null || true
+fi
+exit 0
+"""
+TOOLKIT_POSTINST = """#!/bin/sh
+set -e
+if [ "$1" = configure ] && [ -f /usr/bin/nvidia-container-runtime-hook ] \\
+        && [ ! -e /usr/bin/nvidia-container-toolkit ]; then
+    ln -s /usr/bin/nvidia-container-runtime-hook /usr/bin/nvidia-container-toolkit
+fi
+exit 0
+"""
+TOOLKIT_POSTRM = """#!/bin/sh
+set -e
+if [ "$1" = purge ] && [ -L /usr/bin/nvidia-container-toolkit ]; then
+    rm /usr/bin/nvidia-container-toolkit
+fi
+exit 0
+"""
+
+
+def package_specs(version: str, build: dict[str, object] | None = None) -> list[PackageSpec]:
+    """The four packages at one version; build is toolkit_build.build()'s result for it."""
     upstream = version.split("-")[0]
+    if build is None:
+        build = toolkit_build.build(upstream)
+    folder = Path(str(build["dir"]))
+    manifest = json.loads(Path(str(build["manifest"])).read_text())
+
+    def built(package: str) -> dict[str, tuple[Path, int]]:
+        return {dest: (folder / src, mode) for src, dest, mode in manifest["packages"][package]}
+
+    base = built("nvidia-container-toolkit-base")
     return [
         PackageSpec(
             name="libnvidia-container1",
@@ -59,26 +150,26 @@ def package_specs(version: str) -> list[PackageSpec]:
         ),
         PackageSpec(
             name="nvidia-container-toolkit-base",
-            summary="NVIDIA Container Toolkit Base (kubegpu TEST DOUBLE)",
-            files={
-                "usr/bin/nvidia-ctk": ("nvidia-ctk", 0o755),
-                "usr/bin/nvidia-container-runtime": ("nvidia-container-runtime", 0o755),
-                "usr/bin/nvidia-cdi-hook": ("nvidia-cdi-hook", 0o755),
-                "etc/nvidia-container-runtime/config.toml": ("config.toml", 0o644),
-            },
-            conffiles=("/etc/nvidia-container-runtime/config.toml",),
+            summary="NVIDIA Container Toolkit Base (built from source by the kubegpu testbed)",
+            files={},
+            built=base,
+            module=str(manifest["module"]),
+            # debhelper marks every file under /etc as a configuration file
+            conffiles=tuple(sorted("/" + p for p in base if p.startswith("etc/"))),
+            scripts={"postinst": BASE_POSTINST, "prerm": BASE_PRERM, "postrm": BASE_POSTRM},
         ),
         PackageSpec(
             name="nvidia-container-toolkit",
-            summary="NVIDIA Container toolkit (kubegpu TEST DOUBLE)",
-            files={
-                "usr/bin/nvidia-container-runtime-hook": ("nvidia-container-runtime-hook", 0o755)
-            },
+            summary="NVIDIA Container toolkit (built from source by the kubegpu testbed)",
+            files={},
+            built=built("nvidia-container-toolkit"),
+            module=str(manifest["module"]),
             depends=(
                 f"nvidia-container-toolkit-base (= {version})",
                 f"libnvidia-container-tools (>= {upstream}-1)",
                 "libnvidia-container-tools (<< 2.0.0)",
             ),
+            scripts={"postinst": TOOLKIT_POSTINST, "postrm": TOOLKIT_POSTRM},
         ),
     ]
 
@@ -89,14 +180,28 @@ def _double_text(source: str, version: str) -> str:
 
 
 def build_deb(spec: PackageSpec, version: str, out_dir: Path, work: Path) -> Path:
-    """Build one test-double package with dpkg-deb; return the .deb path."""
+    """Build one package with dpkg-deb; return the .deb path."""
     root = work / f"{spec.name}_{version}"
     shutil.rmtree(root, ignore_errors=True)
     (root / "DEBIAN").mkdir(parents=True)
     for path, (source, mode) in spec.files.items():
         write_file(root / path, _double_text(source, version), mode)
-    doc = root / "usr/share/doc" / spec.name / "TEST-DOUBLE"
-    write_file(doc, f"{spec.name} {version}: a kubegpu TEST DOUBLE, not NVIDIA's package.\n")
+    for path, (built, mode) in (spec.built or {}).items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(built, root / path)
+        os.chmod(root / path, mode)
+    if spec.built is not None:
+        doc = root / "usr/share/doc" / spec.name / BUILT_MARKER
+        write_file(
+            doc,
+            f"{spec.name} {version}: NVIDIA's programs built by the kubegpu testbed from"
+            f" {spec.module}; not NVIDIA's package.\n",
+        )
+        note = BUILT_NOTE.replace("@MODULE@", spec.module)
+    else:
+        doc = root / "usr/share/doc" / spec.name / DOUBLE_MARKER
+        write_file(doc, f"{spec.name} {version}: a kubegpu TEST DOUBLE, not NVIDIA's package.\n")
+        note = DOUBLE_NOTE
     control = [
         f"Package: {spec.name}",
         f"Version: {version}",
@@ -107,10 +212,12 @@ def build_deb(spec: PackageSpec, version: str, out_dir: Path, work: Path) -> Pat
     ]
     if spec.depends:
         control.append("Depends: " + ", ".join(spec.depends))
-    control.append(f"Description: {spec.summary}\n{DOUBLE_NOTE}")
+    control.append(f"Description: {spec.summary}\n{note}")
     write_file(root / "DEBIAN/control", "\n".join(control) + "\n")
     if spec.conffiles:
         write_file(root / "DEBIAN/conffiles", "".join(f"{c}\n" for c in spec.conffiles))
+    for name, text in (spec.scripts or {}).items():
+        write_file(root / "DEBIAN" / name, text, 0o755)
     deb = out_dir / f"{spec.name}_{version}_amd64.deb"
     run(
         ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", root, deb],
@@ -161,11 +268,12 @@ def packages_index(debs: list[Path], base: Path) -> str:
 
 def release_file(folder: Path, names: list[str]) -> str:
     lines = [
-        "Origin: kubegpu testbed (TEST DOUBLES)",
-        "Label: kubegpu testbed vendor repository (TEST DOUBLES)",
+        "Origin: kubegpu testbed",
+        "Label: kubegpu testbed vendor repository (built from source, and TEST DOUBLES)",
         f"Date: {formatdate(usegmt=True)}",
         "Architectures: amd64",
-        "Description: test doubles of vendor-only packages, built by the kubegpu testbed",
+        "Description: vendor-only packages built by the kubegpu testbed: NVIDIA's container"
+        " toolkit from source, libnvidia-container as test doubles",
         "SHA256:",
     ]
     for name in names:
