@@ -271,7 +271,7 @@ def main():
     if busy and not module.params["drained"]:
         module.fail_json(
             msg="GPUs the layout %r changes run processes: %s; drain the node first "
-            "(playbooks/mig_layout.yml with the maintenance flow) or set drained=true"
+            "(playbooks/mig.yml cordons and drains it) or set drained=true"
             % (name, "; ".join(busy))
         )
     result = dict(

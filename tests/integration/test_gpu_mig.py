@@ -33,12 +33,17 @@ STATE = SMI + ".capture/mig-state.json"
 APPLY = "Apply the MIG layout"
 
 
-@pytest.fixture(scope="module")
-def node(testbed: TestbedState) -> str:
+def mig_node(testbed: TestbedState) -> str:
+    """The testbed node with the SIMULATED MIG GPU (the test is skipped without one)."""
     found = [n.name for n in testbed.nodes if n.simulated_gpu == CAPTURE]
     if not found:
         pytest.skip(f"needs a testbed node with KUBEGPU_TESTBED_SIMULATE_GPU=<node>={CAPTURE}")
     return found[0]
+
+
+@pytest.fixture(scope="module")
+def node(testbed: TestbedState) -> str:
+    return mig_node(testbed)
 
 
 def ssh(testbed: TestbedState, node: str, command: str) -> str:
