@@ -3,6 +3,7 @@ planner (idempotent: nothing to do when the state already matches)."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -326,3 +327,16 @@ def test_capture_messages_agree_with_the_parsed_tables() -> None:
     )
     assert read("h100-pcie-525-mig-1.txt").startswith("Enabled MIG Mode for GPU")
     assert read("h100-pcie-525-mig-0.txt").startswith("Disabled MIG Mode for GPU")
+
+
+@pytest.mark.parametrize(
+    "relpath",
+    [
+        "plugins/module_utils/mig_layout.py",
+        "plugins/modules/mig_layout.py",
+        "src/kubegpu/simulate/nvidia_smi_replay.py",
+    ],
+)
+def test_what_runs_on_the_node_parses_as_python_3_8(relpath: str) -> None:
+    root = Path(__file__).resolve().parents[2]
+    ast.parse((root / relpath).read_text(), filename=relpath, feature_version=(3, 8))
