@@ -22,14 +22,21 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+import tomllib
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_readiness
 
+from kubegpu.testbed import TestbedConfig, TestbedState, down, up
+from kubegpu.testbed.config import DEFAULT_BRIDGE, DEFAULT_PREFIX, DEFAULT_SUBNET, default_state_dir
+from tests.cluster import controlplane, images, kubelet
 from tests.nvml import capture_to_data
+from tests.processes import wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -184,3 +191,220 @@ def test_gfd_mig_strategies_stop_at_the_mig_devices_the_double_does_not_replay(
     assert proc.returncode == 1, proc.stderr[-4000:]
     assert "error getting max MIG device count: Not Supported" in proc.stderr
     assert not out.exists()
+
+
+# --- the device plugin next to a real kubelet ---------------------------------------------------
+
+PLUGIN_CAPTURE = "telegraf-tesla-t4-515.xml"
+SHELL_IMAGE = "registry.kubegpu.test/shell:1"
+NODE_LIBRARY = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+NODE_DATA = "/usr/share/kubegpu/nvml-standin.data"
+NODE_PLUGIN = "/usr/local/bin/nvidia-device-plugin"
+PLUGIN_UNIT = "kubegpu-nvidia-device-plugin"
+# containerd from the node's Debian (trixie: 1.7), its default config plus the one setting this
+# machine needs (no CAP_SYS_RESOURCE in a node); the CNI plugins where containerd looks for them.
+NODE_SETUP = r"""set -e
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q >/dev/null
+apt-get install -y -q --no-install-recommends containerd runc containernetworking-plugins >/dev/null
+mkdir -p /etc/containerd /opt/cni/bin
+containerd config default | sed 's/restrict_oom_score_adj = false/restrict_oom_score_adj = true/' \
+  > /etc/containerd/config.toml
+ln -sf /usr/lib/cni/* /opt/cni/bin/
+systemctl restart containerd
+"""
+TIME_SLICING = """version: v1
+sharing:
+  timeSlicing:
+    resources:
+      - name: nvidia.com/gpu
+        replicas: 4
+"""
+
+
+def plugin_testbed_config() -> TestbedConfig:
+    """One trixie node that can run containers, on the session's bridge, subnet, prefix and
+    state folder (the KUBEGPU_TESTBED_* variables)."""
+    prefix = os.environ.get("KUBEGPU_TESTBED_PREFIX", DEFAULT_PREFIX)
+    return TestbedConfig(
+        nodes=1,
+        name_prefix=prefix,
+        subnet=os.environ.get("KUBEGPU_TESTBED_SUBNET", DEFAULT_SUBNET),
+        bridge=os.environ.get("KUBEGPU_TESTBED_BRIDGE", DEFAULT_BRIDGE),
+        suite="trixie",
+        state_dir=default_state_dir(),
+        containers=(f"{prefix}1",),
+    )
+
+
+class Node:
+    def __init__(self, testbed: TestbedState):
+        self.testbed = testbed
+        self.name = testbed.node_names[0]
+
+    def ssh(self, command: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            self.testbed.ssh_argv(self.name, command),
+            input=data,
+            capture_output=True,
+            timeout=600,
+            check=False,
+        )
+
+    def ok(self, command: str) -> str:
+        proc = self.ssh(command)
+        assert proc.returncode == 0, f"{command}: {proc.stdout!r} {proc.stderr!r}"
+        return proc.stdout.decode()
+
+    def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        proc = self.ssh(
+            f"mkdir -p $(dirname {path}) && cat > {path} && chmod {mode:o} {path}", data
+        )
+        assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def joined(
+    built: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """A testbed node with containerd, its kubelet joined to a real control plane on the bridge,
+    the node Ready; the NVML double and its data installed where NVIDIA's driver puts NVML."""
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root (mounts, a bridge, systemd-nspawn)")
+    config = plugin_testbed_config()
+    testbed = up(config)
+    node = Node(testbed)
+    node.ok(NODE_SETUP)
+    dump = tomllib.loads(node.ok("containerd config dump"))
+    sandbox = dump["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"]
+    for archive in (images.pause_archive(sandbox), images.shell_archive(SHELL_IMAGE)):
+        node.put("/root/image.tar", archive.read_bytes())
+        node.ok("ctr -n k8s.io images import /root/image.tar >/dev/null && rm /root/image.tar")
+    node.put(NODE_LIBRARY, Path(built["library"]).read_bytes())
+    node.put(NODE_DATA, capture_to_data.convert(XML / PLUGIN_CAPTURE).encode())
+    node.put(NODE_PLUGIN, Path(built["bin"]["nvidia-device-plugin"]).read_bytes(), 0o755)
+    cluster = controlplane.start(tmp_path_factory.mktemp("cluster"), address=testbed.bridge_address)
+    try:
+        address = testbed.addresses[node.name]
+        for path, text in {**cluster.node_files(node.name), **kubelet.files(address)}.items():
+            node.put(path, text.encode(), 0o600)
+        node.put(kubelet.KUBELET_BIN, Path(cluster.binaries["kubelet"]).read_bytes(), 0o755)
+        started = time.monotonic()
+        node.ok("systemctl daemon-reload && systemctl enable --now kubelet")
+        from kubernetes import client
+
+        core = client.CoreV1Api(cluster.client())
+        pod_cidr = wait_for(
+            "the node registered with a pod CIDR",
+            lambda: next((n.spec.pod_cidr for n in core.list_node().items), None),
+        )
+        node.put(kubelet.CNI_CONFIG, kubelet.cni_conflist(pod_cidr).encode())
+        wait_for("the node Ready", lambda: node_ready(core, node.name), timeout_s=120)
+        timings = {"kubelet_to_ready_s": round(time.monotonic() - started, 1)}
+        yield {"cluster": cluster, "core": core, "node": node, "timings": timings}
+    finally:
+        node.ssh(f"systemctl stop {PLUGIN_UNIT}; systemctl disable --now kubelet")
+        cluster.stop()
+        if os.environ.get("KUBEGPU_TESTBED_REUSE") != "1":
+            down(config.state_dir)
+
+
+def node_ready(core: Any, name: str) -> bool:
+    conditions = core.read_node(name).status.conditions or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def allocatable_gpus(core: Any, name: str) -> int:
+    return int((core.read_node(name).status.allocatable or {}).get("nvidia.com/gpu", "0"))
+
+
+def start_plugin(node: Node, *args: str) -> None:
+    """NVIDIA's device plugin as a transient unit on the node, NVML from the node's library
+    folder (the double), the kubelet's device-plugin socket as in its DaemonSet."""
+    node.ssh(f"systemctl stop {PLUGIN_UNIT}; systemctl reset-failed {PLUGIN_UNIT}")
+    node.ok(
+        f"systemd-run --unit={PLUGIN_UNIT} -E KUBEGPU_NVML_DATA={NODE_DATA} "
+        f"{NODE_PLUGIN} --fail-on-init-error=true {' '.join(args)}"
+    )
+
+
+def test_device_plugin_makes_the_captures_gpu_allocatable(joined: dict[str, Any]) -> None:
+    node, core = joined["node"], joined["core"]
+    root = ET.parse(XML / PLUGIN_CAPTURE).getroot()
+    assert allocatable_gpus(core, node.name) == 0
+    started = time.monotonic()
+    start_plugin(node)
+    count = wait_for(
+        "allocatable nvidia.com/gpu", lambda: allocatable_gpus(core, node.name) or None
+    )
+    joined["timings"]["plugin_to_allocatable_s"] = round(time.monotonic() - started, 1)
+    assert count == len(root.findall("gpu")) == int(xml_value(root, "attached_gpus"))
+    log = node.ok(f"journalctl -u {PLUGIN_UNIT} --no-pager -o cat")
+    assert "KUBEGPU_SIMULATED" in log and "Registered device plugin" in log, log[-3000:]
+    # Health checks stay on: the double's event set API answers (no event ever arrives).
+    assert "Ignoring the following XIDs for health checks" in log, log[-3000:]
+    assert node.ok(f"systemctl is-active {PLUGIN_UNIT}").strip() == "active"
+    print(f"\ndevice plugin: {joined['timings']}")
+
+
+def test_a_pod_gets_the_captures_gpu_from_the_plugins_allocate(joined: dict[str, Any]) -> None:
+    node, core, cluster = joined["node"], joined["core"], joined["cluster"]
+    uuid = xml_value(ET.parse(XML / PLUGIN_CAPTURE).getroot(), "gpu/uuid")
+    if allocatable_gpus(core, node.name) == 0:
+        start_plugin(node)
+        wait_for("allocatable nvidia.com/gpu", lambda: allocatable_gpus(core, node.name) or None)
+    core.create_namespaced_pod(
+        "default",
+        {
+            "metadata": {"name": "gpu"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "sh",
+                        "image": SHELL_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": [
+                            "sh",
+                            "-c",
+                            "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES",
+                        ],
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    }
+                ],
+            },
+        },
+    )
+    try:
+        wait_for(
+            "the GPU pod finished",
+            lambda: (
+                core.read_namespaced_pod("gpu", "default").status.phase in ("Succeeded", "Failed")
+            ),
+            timeout_s=120,
+        )
+        pod = core.read_namespaced_pod("gpu", "default")
+        assert pod.status.phase == "Succeeded", pod.status
+        # Placed by the real scheduler: the test named no node.
+        assert pod.spec.node_name == node.name
+        log = cluster.kubectl("logs", "gpu").stdout
+        assert log == f"NVIDIA_VISIBLE_DEVICES={uuid}\n"
+        containers = node.ok("ctr -n k8s.io containers ls")
+        assert "io.containerd.runc.v2" in containers
+    finally:
+        core.delete_namespaced_pod("gpu", "default", grace_period_seconds=0)
+        wait_for("the pod gone", lambda: not core.list_namespaced_pod("default").items)
+
+
+def test_time_slicing_replicas_multiply_allocatable(joined: dict[str, Any]) -> None:
+    node, core = joined["node"], joined["core"]
+    root = ET.parse(XML / PLUGIN_CAPTURE).getroot()
+    node.put("/etc/kubegpu/device-plugin-config.yaml", TIME_SLICING.encode())
+    start_plugin(node, "--config-file=/etc/kubegpu/device-plugin-config.yaml")
+    count = wait_for(
+        "allocatable nvidia.com/gpu times 4",
+        lambda: (
+            allocatable_gpus(core, node.name) if allocatable_gpus(core, node.name) == 4 else None
+        ),
+    )
+    assert count == 4 * len(root.findall("gpu"))
