@@ -215,11 +215,13 @@ def _ref_key(ref):
     return (ref["apiVersion"], ref["kind"], ref.get("namespace") or "", ref["name"])
 
 
-def owned_objects(api, service_monitor_api):
-    """Every object with kubegpu's labels, in deletion order."""
+def owned_objects(api, service_monitor_api, crd_api=True):
+    """Every object with kubegpu's labels, in deletion order (kinds the server serves)."""
     found = []
     for api_version, kind in DELETE_ORDER:
         if kind == "ServiceMonitor" and not service_monitor_api:
+            continue
+        if (api_version, kind) == CRD and not crd_api:
             continue
         for obj in api.list(object_path(api_version, kind), OWNED_SELECTOR):
             meta = obj.get("metadata") or {}
@@ -312,7 +314,7 @@ def foreign_device_plugins(api):
     return found
 
 
-def plan_present(module, api, config, templates, service_monitor_api):
+def plan_present(module, api, config, templates, service_monitor_api, crd_api=True):
     namespace = config["namespace"]
     ns_obj = api.get(object_path("v1", "Namespace", namespace), missing_ok=True)
     caps = {
@@ -341,8 +343,19 @@ def plan_present(module, api, config, templates, service_monitor_api):
                 )
     # node-feature-discovery: one that kubegpu did not create (its NodeFeature CRD without
     # kubegpu's labels) is used, never deployed a second time nor adopted.
-    nfd_crd = api.get(object_path(CRD[0], CRD[1], NFD_NODEFEATURE_CRD), missing_ok=True)
+    nfd_crd = (
+        api.get(object_path(CRD[0], CRD[1], NFD_NODEFEATURE_CRD), missing_ok=True)
+        if crd_api
+        else None
+    )
     foreign_nfd = nfd_crd is not None and not is_owned(nfd_crd)
+    if config["nfd"] == "deploy" and config["gfd_enabled"] and not crd_api:
+        # Every Kubernetes API server serves apiextensions.k8s.io/v1; a reduced one (a test
+        # double) cannot hold NFD's CRDs.
+        module.warn(
+            "the API server serves no apiextensions.k8s.io/v1 CustomResourceDefinitions: "
+            "node-feature-discovery is not deployed, and GFD's labels reach no node"
+        )
     if config["nfd"] == "existing" and nfd_crd is None:
         module.fail_json(
             msg="gpu_cluster_nfd: 'existing', but the cluster serves no NodeFeature API "
@@ -350,7 +363,7 @@ def plan_present(module, api, config, templates, service_monitor_api):
             "or set gpu_cluster_nfd: deploy (kubegpu deploys it) or none" % NFD_NODEFEATURE_CRD,
             errors=[],
         )
-    caps["deploy_nfd"] = config["nfd"] == "deploy" and not foreign_nfd
+    caps["deploy_nfd"] = config["nfd"] == "deploy" and not foreign_nfd and crd_api
     if config["nfd"] == "deploy" and foreign_nfd:
         kept.append(
             "node-feature-discovery (CustomResourceDefinition %s exists, not created by "
@@ -400,7 +413,7 @@ def plan_present(module, api, config, templates, service_monitor_api):
         )
 
     rendered = set(_ref_key(object_ref(m)) for m in manifests)
-    owned = owned_objects(api, service_monitor_api)
+    owned = owned_objects(api, service_monitor_api, crd_api)
     prune = [
         ref
         for ref in owned
@@ -435,13 +448,13 @@ def plan_present(module, api, config, templates, service_monitor_api):
     }
 
 
-def plan_absent(api, service_monitor_api):
+def plan_absent(api, service_monitor_api, crd_api=True):
     patches = []
     for node in api.list(object_path("v1", "Node")):
         ops = node_reset_patch(node)
         if ops:
             patches.append({"name": node["metadata"]["name"], "patch": ops})
-    owned = owned_objects(api, service_monitor_api)
+    owned = owned_objects(api, service_monitor_api, crd_api)
     delete, kept = guard_crds(api, owned, owned)
     return {
         "manifests": [],
@@ -496,10 +509,11 @@ def main():
         )
     try:
         service_monitor_api = api.has_resource("monitoring.coreos.com/v1", "servicemonitors")
+        crd_api = api.has_resource("apiextensions.k8s.io/v1", "customresourcedefinitions")
         if params["state"] == "present":
-            plan = plan_present(module, api, config, templates, service_monitor_api)
+            plan = plan_present(module, api, config, templates, service_monitor_api, crd_api)
         else:
-            plan = plan_absent(api, service_monitor_api)
+            plan = plan_absent(api, service_monitor_api, crd_api)
     except ClusterApiError as exc:
         module.fail_json(msg=str(exc), errors=[], status=exc.status)
     finally:
