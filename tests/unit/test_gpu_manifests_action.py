@@ -60,3 +60,78 @@ def test_the_bare_module_without_templates_says_what_to_run(
     assert result["failed"] is True
     assert "_object_templates is missing" in result["msg"]
     assert "action plugin" in result["msg"]
+
+
+class ListingDouble:
+    """A stand-in for the API server's list calls (guard_crds only lists): objects by path.
+    The real control plane runs the same case in tests/integration/test_cluster.py."""
+
+    def __init__(self, objects: dict[str, list[dict[str, Any]]]) -> None:
+        self.objects = objects
+
+    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        return self.objects.get(path, [])
+
+
+def _crd(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "name": name,
+        "namespace": None,
+    }
+
+
+NODEFEATURES = "/apis/nfd.k8s-sigs.io/v1alpha1/nodefeatures"
+RULES = "/apis/nfd.k8s-sigs.io/v1alpha1/nodefeaturerules"
+OURS = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "nfd-worker", "namespace": "gpu"}]
+
+
+@pytest.mark.parametrize(
+    ("objects", "kept"),
+    [
+        # Only GFD's and kubegpu's nfd-worker's objects: every CRD goes.
+        (
+            {
+                NODEFEATURES: [
+                    {"metadata": {"namespace": "gpu", "name": "nvidia-features-for-n1"}},
+                    {
+                        "metadata": {
+                            "namespace": "gpu",
+                            "name": "n1",
+                            "ownerReferences": [{"kind": "DaemonSet", "name": "nfd-worker"}],
+                        }
+                    },
+                ]
+            },
+            [],
+        ),
+        # Another agent's NodeFeature, or GFD's name in a namespace that is not kubegpu's.
+        (
+            {NODEFEATURES: [{"metadata": {"namespace": "gpu", "name": "vendor-x-n1"}}]},
+            ["nodefeatures.nfd.k8s-sigs.io"],
+        ),
+        (
+            {
+                NODEFEATURES: [
+                    {"metadata": {"namespace": "other", "name": "nvidia-features-for-n1"}}
+                ]
+            },
+            ["nodefeatures.nfd.k8s-sigs.io"],
+        ),
+        # Any NodeFeatureRule (kubegpu makes none).
+        ({RULES: [{"metadata": {"name": "someone-elses"}}]}, ["nodefeaturerules.nfd.k8s-sigs.io"]),
+    ],
+)
+def test_nfd_crds_stay_while_objects_others_made_use_them(
+    objects: dict[str, list[dict[str, Any]]], kept: list[str]
+) -> None:
+    crds = [_crd(n) for n in gpu_manifests.NFD_CRDS.values()]
+    delete, notes = gpu_manifests.guard_crds(ListingDouble(objects), [*OURS, *crds], OURS)
+    assert [r["name"] for r in delete if r["kind"] == "CustomResourceDefinition"] == [
+        n for n in gpu_manifests.NFD_CRDS.values() if n not in kept
+    ]
+    assert OURS[0] in delete
+    assert [n.split()[1] for n in notes] == kept
+    for note in notes:
+        assert "that kubegpu did not make use it" in note
