@@ -203,6 +203,8 @@ class ActionModule(PipedAction):
     ) -> dict[str, t.Any]:
         if args["state"] != "present" or cp.param_problem(args):
             raise Unanswered("the module refuses or undoes")
+        if args["registry_mirrors"]:
+            raise Unanswered("the registry mirrors' hosts.toml files, which the module reads")
         return self._unchanged(args)
 
     def _unchanged(self, params: dict[str, t.Any]) -> dict[str, t.Any]:

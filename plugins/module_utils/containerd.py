@@ -368,8 +368,26 @@ def cdi_settings(effective, schema, containerd_version, cdi):
     return settings, state, []
 
 
+IMAGES_PLUGIN = "io.containerd.cri.v1.images"
+
+
+def registry_plugins(schema):
+    """(the plugin in a file of this schema, the plugin in the dump) whose ``registry`` table
+    holds ``config_path``: the CRI plugin on 1.x and in version 2 files, the images plugin of
+    2.x in version 3 files and dumps."""
+    effective = IMAGES_PLUGIN if schema.merge == "deep" else schema.effective_plugin_id
+    return (IMAGES_PLUGIN if schema.config_version == 3 else schema.plugin_id), effective
+
+
 def render_drop_in(
-    schema, runtime_name, binary, systemd_cgroup, default_runtime, source_cri=None, cdi=None
+    schema,
+    runtime_name,
+    binary,
+    systemd_cgroup,
+    default_runtime,
+    source_cri=None,
+    cdi=None,
+    registry_config_path=None,
 ):
     """The drop-in text for `schema`.
 
@@ -411,6 +429,13 @@ def render_drop_in(
     if schema.write_version:
         data["version"] = schema.config_version
     data["plugins"] = {schema.plugin_id: section}
+    if registry_config_path:
+        plugin = registry_plugins(schema)[0]
+        table = data["plugins"].setdefault(plugin, {}).setdefault("registry", {})
+        table["config_path"] = registry_config_path
+        why.append(
+            "The registry mirrors' hosts.toml files are read from %s." % registry_config_path
+        )
     head = ["# %s. Changes here are overwritten." % MANAGED_MARK] + ["# " + w for w in why]
     return "\n".join(head) + "\n" + toml_dumps(data, indent=schema.merge == "replace")
 
@@ -630,6 +655,7 @@ def plan(
     tmp_root=None,
     node=None,
     cdi=True,
+    registry_config_path=None,
 ):
     """Work out the main config and drop-in texts that wire the runtime in. Changes nothing.
 
@@ -700,7 +726,14 @@ def plan(
     source_cri = effective_cri(source, schema) if schema.merge == "replace" else None
     cdi_keys, cdi_state, cdi_warnings = cdi_settings(source, schema, version, cdi)
     drop_in_text = render_drop_in(
-        schema, runtime_name, binary, systemd_cgroup, default_runtime, source_cri, cdi_keys
+        schema,
+        runtime_name,
+        binary,
+        systemd_cgroup,
+        default_runtime,
+        source_cri,
+        cdi_keys,
+        registry_config_path,
     )
     old_drop_in = node.read_text(drop_in_path, "drop-in") if node.isfile(drop_in_path) else None
 

@@ -13,6 +13,7 @@ import os
 import re
 
 from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd import plan, toml_parser_name
+from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd_hosts import mirror_problem
 
 
 ARGUMENT_SPEC = dict(
@@ -23,6 +24,8 @@ ARGUMENT_SPEC = dict(
     runtime_binary=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
     default_runtime=dict(type="bool", default=False),
     cdi=dict(type="bool", default=True),
+    registry_mirrors=dict(type="dict", default={}),
+    registry_config_path=dict(type="path", default="/etc/containerd/certs.d"),
     validate=dict(type="bool", default=True),
     validate_timeout=dict(type="int", default=30),
     containerd_binary=dict(type="path"),
@@ -67,6 +70,12 @@ def param_problem(params):
             "record_path %r must be an absolute path (or empty to keep no record)"
             % params["record_path"]
         )
+    config_path = params.get("registry_config_path") or "/etc/containerd/certs.d"
+    if not os.path.isabs(config_path):
+        return (
+            "registry_config_path %r must be an absolute path (containerd's certs.d folder)"
+            % config_path
+        )
     if params["state"] == "absent":
         return None
     if not RUNTIME_NAME.fullmatch(params["runtime_name"]):
@@ -82,7 +91,7 @@ def param_problem(params):
         )
     if params["validate_timeout"] < 1:
         return "validate_timeout must be at least 1 second, got %d" % params["validate_timeout"]
-    return None
+    return mirror_problem(params.get("registry_mirrors") or {})
 
 
 def not_installed_message(containerd):
@@ -106,6 +115,9 @@ def plan_for(params, run, containerd, node=None):
         params["default_runtime"],
         node=node,
         cdi=params["cdi"],
+        registry_config_path=(
+            params["registry_config_path"] if params.get("registry_mirrors") else None
+        ),
     )
 
 

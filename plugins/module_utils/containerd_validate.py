@@ -31,6 +31,7 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd import (
     dump_config,
     effective_cri,
     expand_imports,
+    registry_plugins,
     replace_imports,
     scan_top_level,
     toml_dumps,
@@ -42,14 +43,30 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd import (
 
 
 def check_effective(
-    effective, schema, runtime_name, binary, systemd_cgroup, default_runtime, cdi=None
+    effective,
+    schema,
+    runtime_name,
+    binary,
+    systemd_cgroup,
+    default_runtime,
+    cdi=None,
+    registry_config_path=None,
 ):
     """What is wrong with a candidate's dumped config (an empty list when all is right).
 
-    `cdi` are the CDI keys the drop-in sets (containerd.cdi_settings): each must show as set.
+    `cdi` are the CDI keys the drop-in sets (containerd.cdi_settings): each must show as set;
+    so must `registry_config_path` when given.
     """
     problems = []
     cri = effective_cri(effective, schema)
+    if registry_config_path:
+        plugin = registry_plugins(schema)[1]
+        found = _get(effective, ["plugins", plugin, "registry", "config_path"])
+        if found != registry_config_path:
+            problems.append(
+                "plugins.%s.registry.config_path is %r, expected %r"
+                % (plugin, found, registry_config_path)
+            )
     for key, value in sorted((cdi or {}).items()):
         if cri.get(key) != value:
             problems.append(
@@ -59,7 +76,7 @@ def check_effective(
     runtime = _get(cri, ["containerd", "runtimes", runtime_name])
     where = "plugins.%s.containerd.runtimes.%s" % (schema.effective_plugin_id, runtime_name)
     if not isinstance(runtime, dict):
-        return ["the effective config has no %s" % where]
+        return [*problems, "the effective config has no %s" % where]
     if runtime.get("runtime_type") != NVIDIA_RUNTIME_TYPE:
         problems.append(
             "%s.runtime_type is %r, expected %r"
@@ -278,6 +295,7 @@ def validate_candidate(
     timeout=30,
     tmp_root=None,
     cdi=None,
+    registry_config_path=None,
 ):
     """Check a candidate (main text + drop-in text) with the real containerd, touching no live file.
 
@@ -309,7 +327,14 @@ def validate_candidate(
         except ContainerdConfigError as exc:
             raise ContainerdConfigError("the new configuration does not load: %s" % exc) from None
         problems = check_effective(
-            effective, schema, runtime_name, binary, systemd_cgroup, default_runtime, cdi
+            effective,
+            schema,
+            runtime_name,
+            binary,
+            systemd_cgroup,
+            default_runtime,
+            cdi,
+            registry_config_path,
         )
         if problems:
             later = files[files.index(scratch_drop_in) + 1 :] if scratch_drop_in in files else []

@@ -94,6 +94,29 @@ options:
       - A reset (O(state=absent)) removes the drop-in, and with it these settings.
     type: bool
     default: true
+  registry_mirrors:
+    description:
+      - Registry mirrors for the CRI plugin, as a mapping of registry host (as image names
+        have it, for example C(registry.k8s.io), C(docker.io), C(10.0.0.1:5000), or
+        C(_default) for every registry without its own entry) to its settings -
+        C(endpoints) (required, a list of C(http://) or C(https://) mirror URLs, tried in order;
+        C(http://) is plain HTTP), C(skip_verify) (bool), C(ca) (absolute path of a CA bundle on
+        the node), C(fallback) (bool, default true - the registry itself is tried after the
+        mirrors).
+      - Each host gets O(registry_config_path)C(/<host>/hosts.toml), with kubegpu's mark, and the
+        drop-in points the CRI plugin's C(registry.config_path) at O(registry_config_path)
+        (containerd 1.7 in the CRI section; 2.x in C(io.containerd.cri.v1.images)). containerd
+        reads the hosts files on every pull, so a change of mirrors alone restarts nothing.
+      - Files kubegpu wrote for hosts no longer listed are removed; a hosts.toml that is not
+        kubegpu's is never overwritten (the task fails and says so). O(state=absent) removes
+        every hosts.toml with kubegpu's mark there.
+      - Empty (the default) sets no C(config_path).
+    type: dict
+    default: {}
+  registry_config_path:
+    description: The certs.d folder of the hosts.toml files (see O(registry_mirrors)).
+    type: path
+    default: /etc/containerd/certs.d
   validate:
     description:
       - Validate the candidate with the real containerd before writing (see the description).
@@ -247,6 +270,11 @@ cdi:
   returned: when containerd was found
   type: dict
   sample: {"enabled": true, "spec_dirs": ["/etc/cdi", "/var/run/cdi"], "source": "drop-in"}
+registry_hosts:
+  description: The registry mirrors' hosts.toml files written (or that would be) and removed.
+  returned: when O(state=present) and containerd was found
+  type: dict
+  sample: {"written": ["/etc/containerd/certs.d/registry.k8s.io/hosts.toml"], "removed": []}
 validation:
   description: What was checked; C(dump) and C(daemon) are C(ok), C(skipped) or C(not run), C(plugins) the CRI plugins' states in the scratch containerd.
   returned: always
@@ -298,6 +326,12 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd_params impo
     plan_for,
     update_result,
 )
+from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd_hosts import (
+    HOSTS_MARK,
+    ContainerdHostsError,
+    plan_hosts,
+    read_existing,
+)
 from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd_reset import (
     plan_removal,
     record_after_apply,
@@ -312,6 +346,15 @@ def read_optional(path):
         return None
     with open(path, "r", encoding="utf-8", newline="") as f:
         return f.read()
+
+
+def remove_hosts(paths):
+    """Remove kubegpu's hosts.toml files, and each registry folder they leave empty."""
+    for path in paths:
+        os.unlink(path)
+        folder = os.path.dirname(path)
+        if not os.listdir(folder):
+            os.rmdir(folder)
 
 
 def remove(module, result):
@@ -332,10 +375,19 @@ def remove(module, result):
     except ContainerdConfigError as exc:
         module.fail_json(msg="Nothing was changed: %s" % exc, **result)
     removal.update(main_config=action, why=why)
+    existing = read_existing(p["registry_config_path"])
+    hosts = sorted(
+        os.path.join(p["registry_config_path"], name, "hosts.toml")
+        for name, text in existing.items()
+        if HOSTS_MARK in text
+    )
+    removal["registry_hosts"] = hosts
     changed = removal["drop_in"] == "removed" or action != "keep"
     drops_record = record is not None and bool(p["record_path"])
     # Dropping the record alone changes the host too (check mode must say so), not containerd.
-    result.update(changed=changed or drops_record, restart_required=changed, removal=removal)
+    result.update(
+        changed=changed or drops_record or bool(hosts), restart_required=changed, removal=removal
+    )
     result["config_changed"] = action != "keep"
     result["drop_in_changed"] = removal["drop_in"] == "removed"
     if module._diff and changed:
@@ -369,6 +421,7 @@ def remove(module, result):
             write_atomic(module, p["config_path"], new_text, 0o644)
         if drops_record:
             os.unlink(p["record_path"])
+        remove_hosts(hosts)
     except (IOError, OSError) as exc:
         module.fail_json(msg="undoing the containerd configuration failed: %s" % exc, **result)
     module.exit_json(**result)
@@ -400,10 +453,20 @@ def main():
     changed = update_result(result, planned)
     for warning in planned["warnings"]:
         module.warn(warning)
+    try:
+        hosts = plan_hosts(
+            p["registry_config_path"],
+            p["registry_mirrors"],
+            read_existing(p["registry_config_path"]),
+        )
+    except (ContainerdHostsError, IOError, OSError) as exc:
+        module.fail_json(msg=str(exc), **result)
+    result["registry_hosts"] = {"written": sorted(hosts["write"]), "removed": hosts["remove"]}
+    hosts_changed = bool(hosts["write"] or hosts["remove"])
     drop_in_path = result["drop_in_path"]
     config_changed, drop_in_changed = result["config_changed"], result["drop_in_changed"]
+    diffs = []
     if module._diff and changed:
-        diffs = []
         if config_changed:
             diffs.append(
                 dict(
@@ -422,8 +485,23 @@ def main():
                     after=planned["drop_in_after"],
                 )
             )
+    if module._diff and hosts_changed:
+        for path in sorted(hosts["write"]) + hosts["remove"]:
+            diffs.append(
+                dict(
+                    before_header=path,
+                    after_header=path,
+                    before=read_optional(path) or "",
+                    after=hosts["write"].get(path, ""),
+                )
+            )
+    if module._diff and (changed or hosts_changed):
         result["diff"] = redact_diff(diffs)
     if not changed:
+        if hosts_changed:
+            result["changed"] = True
+            if not module.check_mode:
+                write_hosts(module, result, hosts)
         if p["restart_marker"] and os.path.exists(p["restart_marker"]):
             result.update(changed=True, restart_required=True, restart_pending=True)
             module.warn(RESTART_PENDING_NOTE % p["restart_marker"])
@@ -456,6 +534,7 @@ def main():
                 start_daemon=start_daemon,
                 timeout=p["validate_timeout"],
                 cdi=planned["cdi_settings"],
+                registry_config_path=p["registry_config_path"] if p["registry_mirrors"] else None,
             )
         except ContainerdConfigError as exc:
             result.update(changed=False, restart_required=False)
@@ -490,7 +569,24 @@ def main():
             )
     except (IOError, OSError) as exc:
         module.fail_json(msg="writing the containerd configuration failed: %s" % exc, **result)
+    if hosts_changed:
+        result["changed"] = True
+        write_hosts(module, result, hosts)
     module.exit_json(**result)
+
+
+def write_hosts(module, result, hosts):
+    """Write and remove the registry mirrors' hosts.toml files (containerd reads them on each
+    pull: no restart)."""
+    try:
+        for path, text in sorted(hosts["write"].items()):
+            folder = os.path.dirname(path)
+            if not os.path.isdir(folder):
+                os.makedirs(folder, 0o755)
+            write_atomic(module, path, text, 0o644)
+        remove_hosts(hosts["remove"])
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="writing the registry mirrors' hosts.toml failed: %s" % exc, **result)
 
 
 if __name__ == "__main__":

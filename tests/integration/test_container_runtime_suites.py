@@ -30,6 +30,7 @@ import json
 import os
 import re
 import subprocess
+import tarfile
 import time
 import tomllib
 from collections.abc import Iterator
@@ -42,6 +43,7 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils import kubelet as kube
 from kubegpu.testbed import TestbedConfig, TestbedState, down, up
 from kubegpu.testbed.config import DEFAULT_BRIDGE, DEFAULT_PREFIX, DEFAULT_SUBNET, default_state_dir
 from kubegpu.testbed.nodes import FAKED_SYSCTLS as FAKED
+from tests import registry
 from tests.cluster import controlplane, images, kubelet
 from tests.processes import wait_for
 
@@ -618,30 +620,24 @@ def test_a_real_kubelet_joins_on_the_wired_runtime_and_the_node_is_ready(
     print(f"\n{suite_node.suite}: {joined['timings']}")
 
 
+def run_shell_pod(core: Any, name: str, image: str, pull: str, script: str) -> None:
+    """Create a one-container pod running `script` in `image`, and wait until it runs."""
+    container = {"name": "sh", "image": image, "imagePullPolicy": pull}
+    container["command"] = ["sh", "-c", script]
+    pod = {"metadata": {"name": name}, "spec": {"containers": [container]}}
+    core.create_namespaced_pod("default", pod)
+    wait_for(
+        f"the pod {name} Running",
+        lambda: core.read_namespaced_pod(name, "default").status.phase == "Running",
+        timeout_s=120,
+    )
+
+
 def test_a_pod_runs_and_its_log_and_exec_go_through_the_api_server(
     suite_node: Node, joined: dict[str, Any]
 ) -> None:
     cluster, core = joined["cluster"], joined["core"]
-    core.create_namespaced_pod(
-        "default",
-        {
-            "metadata": {"name": "hello"},
-            "spec": {
-                "containers": [
-                    {
-                        "name": "sh",
-                        "image": SHELL_IMAGE,
-                        "imagePullPolicy": "Never",
-                        "command": ["sh", "-c", "echo hello from $(hostname); sleep 600"],
-                    }
-                ]
-            },
-        },
-    )
-    wait_for(
-        "the pod Running",
-        lambda: core.read_namespaced_pod("hello", "default").status.phase == "Running",
-    )
+    run_shell_pod(core, "hello", SHELL_IMAGE, "Never", "echo hello from $(hostname); sleep 600")
     pod = core.read_namespaced_pod("hello", "default")
     assert pod.spec.node_name == suite_node.name
     pod_cidr = core.read_node(suite_node.name).spec.pod_cidr
@@ -655,6 +651,68 @@ def test_a_pod_runs_and_its_log_and_exec_go_through_the_api_server(
     assert any(SHELL_IMAGE in c and "io.containerd.runc.v2" in c for c in containers), containers
     core.delete_namespaced_pod("hello", "default", grace_period_seconds=1)
     wait_for("the pod gone", lambda: not core.list_namespaced_pod("default").items)
+
+
+MIRRORED = "mirror-test.kubegpu.test"  # resolves nowhere: only the mirror can serve it
+
+
+def mirror_vars(registry_address: str, **settings: Any) -> str:
+    endpoints = [f"http://{registry_address}"]
+    return json.dumps(
+        {"container_runtime_registry_mirrors": {MIRRORED: dict(endpoints=endpoints, **settings)}}
+    )
+
+
+def test_a_pods_image_is_pulled_through_the_registry_mirror_kubegpu_wrote(
+    suite_node: Node, joined: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A real registry on the suite's bridge holds the shell image; the role writes
+    certs.d/<host>/hosts.toml for a registry host that resolves nowhere and points containerd's
+    CRI registry config_path there; the kubelet's pull goes through the mirror."""
+    missing = registry.available()
+    if missing:
+        pytest.skip(f"the test registry is {missing}")
+    node, core = suite_node, joined["core"]
+    workdir = tmp_path_factory.mktemp(f"registry-{node.suite}")
+    layout = workdir / "layout"
+    with tarfile.open(images.shell_archive(SHELL_IMAGE)) as archive:
+        archive.extractall(layout, filter="data")
+    served = registry.start(workdir / "registry", address=node.testbed.bridge_address)
+    try:
+        served.push(layout, "kubegpu/shell", "mirrored")
+        pid = node.pid()
+        data = node.play("-e", mirror_vars(served.address))
+        result = node.task(data, MODULE_TASK)
+        hosts_toml = f"/etc/containerd/certs.d/{MIRRORED}/hosts.toml"
+        assert result["registry_hosts"] == {"written": [hosts_toml], "removed": []}, result
+        assert result["drop_in_changed"] and node.pid() != pid  # config_path: a restart
+        hosts = tomllib.loads(node.ok(f"cat {hosts_toml}"))
+        assert hosts["host"] == {f"http://{served.address}": {"capabilities": ["pull", "resolve"]}}
+        dump = node.dump()
+        images_plugin = "io.containerd.cri.v1.images"
+        plugin = images_plugin if images_plugin in dump["plugins"] else "io.containerd.grpc.v1.cri"
+        assert dump["plugins"][plugin]["registry"]["config_path"] == "/etc/containerd/certs.d"
+        assert node.changed(node.play("-e", mirror_vars(served.address))) == 0
+        # Only the hosts file changes: containerd reads it on each pull, no restart.
+        pid = node.pid()
+        again = node.task(
+            node.play("-e", mirror_vars(served.address, skip_verify=True)), MODULE_TASK
+        )
+        assert again["changed"] and not again["drop_in_changed"] and node.pid() == pid, again
+        image = f"{MIRRORED}/kubegpu/shell:mirrored"
+        run_shell_pod(core, "mirrored", image, "Always", "sleep 600")
+        assert image in node.ok("ctr -n k8s.io images ls -q")
+        log = (workdir / "registry" / "registry.log").read_text()
+        assert "/v2/kubegpu/shell/manifests/mirrored" in log
+        core.delete_namespaced_pod("mirrored", "default", grace_period_seconds=1)
+        wait_for("the pod gone", lambda: not core.list_namespaced_pod("default").items)
+    finally:
+        served.stop()
+    # No mirrors: the drop-in loses config_path and kubegpu's hosts.toml goes.
+    result = node.task(node.play(), MODULE_TASK)
+    assert result["registry_hosts"] == {"written": [], "removed": [hosts_toml]}, result
+    assert node.ssh(f"test -e /etc/containerd/certs.d/{MIRRORED}").returncode == 1
+    assert node.changed(node.play()) == 0
 
 
 # What the oracle runs on the node for each case: kubelet with the case's gates in its config file
