@@ -6,9 +6,10 @@ github.com/NVIDIA/k8s-device-plugin by tests/nvml/build.py) on the NVML TEST DOU
   the labels it writes are checked against the capture's values, and against kubegpu's own
   readiness rule for GFD labels. GFD's output is kept as a capture in tests/nvml/captures.
 - The device plugin runs on a testbed node next to a real kubelet (Kubernetes 1.37,
-  tests/cluster) joined to a real control plane: the Node's allocatable nvidia.com/gpu, a pod
-  scheduled by the real scheduler and started by containerd under runc, with the environment the
-  plugin's Allocate gave it.
+  tests/cluster) joined to a real control plane: the Node's allocatable nvidia.com/gpu (also as
+  kubegpu's readiness rule predicts it), a pod scheduled by the real scheduler and started by
+  containerd under runc with the environment the plugin's Allocate gave it, and time-slicing
+  replicas (allocatable 4 for one GPU; GFD's -SHARED product and replicas labels).
 
 Nothing but the NVML library is a double; the GPU it describes is the capture's, and v0.19.0 is
 one minor behind kubegpu's deployment pin (v0.20.0): the newest release the Go module proxy
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_readiness
 
 from kubegpu.testbed import TestbedConfig, TestbedState, down, up
@@ -339,6 +341,9 @@ def test_device_plugin_makes_the_captures_gpu_allocatable(joined: dict[str, Any]
     )
     joined["timings"]["plugin_to_allocatable_s"] = round(time.monotonic() - started, 1)
     assert count == len(root.findall("gpu")) == int(xml_value(root, "attached_gpus"))
+    # kubegpu's readiness rule predicts what NVIDIA's plugin advertised.
+    expected, _ = cluster_readiness.expected_resources(None, len(root.findall("gpu")))
+    assert expected == {"nvidia.com/gpu": count}
     log = node.ok(f"journalctl -u {PLUGIN_UNIT} --no-pager -o cat")
     assert "KUBEGPU_SIMULATED" in log and "Registered device plugin" in log, log[-3000:]
     # Health checks stay on: the double's event set API answers (no event ever arrives).
@@ -347,16 +352,13 @@ def test_device_plugin_makes_the_captures_gpu_allocatable(joined: dict[str, Any]
     print(f"\ndevice plugin: {joined['timings']}")
 
 
-def test_a_pod_gets_the_captures_gpu_from_the_plugins_allocate(joined: dict[str, Any]) -> None:
+def gpu_pod_env(joined: dict[str, Any], name: str) -> str:
+    """Run a pod asking for one nvidia.com/gpu; its log (the GPU variable Allocate set)."""
     node, core, cluster = joined["node"], joined["core"], joined["cluster"]
-    uuid = xml_value(ET.parse(XML / PLUGIN_CAPTURE).getroot(), "gpu/uuid")
-    if allocatable_gpus(core, node.name) == 0:
-        start_plugin(node)
-        wait_for("allocatable nvidia.com/gpu", lambda: allocatable_gpus(core, node.name) or None)
     core.create_namespaced_pod(
         "default",
         {
-            "metadata": {"name": "gpu"},
+            "metadata": {"name": name},
             "spec": {
                 "restartPolicy": "Never",
                 "containers": [
@@ -377,23 +379,35 @@ def test_a_pod_gets_the_captures_gpu_from_the_plugins_allocate(joined: dict[str,
     )
     try:
         wait_for(
-            "the GPU pod finished",
+            f"pod {name} finished",
             lambda: (
-                core.read_namespaced_pod("gpu", "default").status.phase in ("Succeeded", "Failed")
+                core.read_namespaced_pod(name, "default").status.phase in ("Succeeded", "Failed")
             ),
             timeout_s=120,
         )
-        pod = core.read_namespaced_pod("gpu", "default")
+        pod = core.read_namespaced_pod(name, "default")
         assert pod.status.phase == "Succeeded", pod.status
         # Placed by the real scheduler: the test named no node.
         assert pod.spec.node_name == node.name
-        log = cluster.kubectl("logs", "gpu").stdout
-        assert log == f"NVIDIA_VISIBLE_DEVICES={uuid}\n"
-        containers = node.ok("ctr -n k8s.io containers ls")
-        assert "io.containerd.runc.v2" in containers
+        assert "io.containerd.runc.v2" in node.ok("ctr -n k8s.io containers ls")
+        return str(cluster.kubectl("logs", name).stdout)
     finally:
-        core.delete_namespaced_pod("gpu", "default", grace_period_seconds=0)
-        wait_for("the pod gone", lambda: not core.list_namespaced_pod("default").items)
+        core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+        wait_for(
+            f"pod {name} gone",
+            lambda: (
+                name not in [p.metadata.name for p in core.list_namespaced_pod("default").items]
+            ),
+        )
+
+
+def test_a_pod_gets_the_captures_gpu_from_the_plugins_allocate(joined: dict[str, Any]) -> None:
+    node, core = joined["node"], joined["core"]
+    uuid = xml_value(ET.parse(XML / PLUGIN_CAPTURE).getroot(), "gpu/uuid")
+    if allocatable_gpus(core, node.name) == 0:
+        start_plugin(node)
+        wait_for("allocatable nvidia.com/gpu", lambda: allocatable_gpus(core, node.name) or None)
+    assert gpu_pod_env(joined, "gpu") == f"NVIDIA_VISIBLE_DEVICES={uuid}\n"
 
 
 def test_time_slicing_replicas_multiply_allocatable(joined: dict[str, Any]) -> None:
@@ -401,10 +415,36 @@ def test_time_slicing_replicas_multiply_allocatable(joined: dict[str, Any]) -> N
     root = ET.parse(XML / PLUGIN_CAPTURE).getroot()
     node.put("/etc/kubegpu/device-plugin-config.yaml", TIME_SLICING.encode())
     start_plugin(node, "--config-file=/etc/kubegpu/device-plugin-config.yaml")
-    count = wait_for(
-        "allocatable nvidia.com/gpu times 4",
-        lambda: (
-            allocatable_gpus(core, node.name) if allocatable_gpus(core, node.name) == 4 else None
-        ),
+    expected, _ = cluster_readiness.expected_resources(
+        yaml.safe_load(TIME_SLICING), len(root.findall("gpu"))
     )
-    assert count == 4 * len(root.findall("gpu"))
+    assert expected == {"nvidia.com/gpu": 4 * len(root.findall("gpu"))}
+    wait_for("allocatable nvidia.com/gpu times 4", lambda: allocatable_gpus(core, node.name) == 4)
+    # Each replica is the capture's one GPU: a pod on a replica sees its UUID.
+    uuid = xml_value(root, "gpu/uuid")
+    assert gpu_pod_env(joined, "shared") == f"NVIDIA_VISIBLE_DEVICES={uuid}\n"
+
+
+def test_gfd_labels_time_slicing_replicas(built: dict[str, Any], tmp_path: Path) -> None:
+    """GFD reads the same device plugin config: the product gets -SHARED, replicas 4, and
+    kubegpu's readiness rule still passes on the labels."""
+    data = tmp_path / "gpu.data"
+    data.write_text(capture_to_data.convert(XML / PLUGIN_CAPTURE))
+    config = tmp_path / "config.yaml"
+    config.write_text(TIME_SLICING)
+    out = tmp_path / "gfd"
+    proc = run_gfd(built, data, out, f"--config-file={config}")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    labels = labels_of(out.read_text())
+    product = xml_value(ET.parse(XML / PLUGIN_CAPTURE).getroot(), "gpu/product_name")
+    keys = ("product", "replicas", "sharing-strategy", "count")
+    assert {k: labels.get(f"nvidia.com/gpu.{k}") for k in keys} == {
+        "product": product.replace(" ", "-") + "-SHARED",
+        "replicas": "4",
+        "sharing-strategy": "time-slicing",
+        "count": "1",
+    }
+    check = cluster_readiness.check_gfd_labels(
+        {"metadata": {"labels": labels}}, list(cluster_readiness.DEFAULT_GFD_LABELS), True, 1
+    )
+    assert check["status"] == "pass", check
