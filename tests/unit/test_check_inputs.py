@@ -240,10 +240,17 @@ def test_a_limit_without_localhost_is_named_and_the_offline_check_still_runs(
     check says so, and with kubegpu_offline asks the mirrors itself (here a loopback port where
     nothing listens), so an air-gapped run stops before any role's task."""
     closed = f"127.0.0.1:{NODE['ansible_port']}"
+    # Every registry a role pulls from points at the closed port, so that nothing leaves it.
+    registries = {
+        name: closed
+        for defaults in REPO.glob("roles/*/defaults/main.yml")
+        for name in yaml.safe_load(defaults.read_text()) or {}
+        if name.endswith("_image_registry")
+    }
+    assert len(registries) >= 3, registries
     offline = {
         "kubegpu_offline": True,
-        "gpu_cluster_image_registry": closed,
-        "gpu_tenancy_workload_image_registry": closed,
+        **registries,
         "kubegpu_artifacts_plain_http_registries": [closed],
         "nvidia_container_toolkit_repo_url": f"http://{closed}/apt",
     }
@@ -259,4 +266,5 @@ def test_a_limit_without_localhost_is_named_and_the_offline_check_still_runs(
         assert warning.startswith("--limit n1 leaves out localhost: the controller's plays")
         missing = [p for p in checked["problems"] if p.startswith("missing image ")]
         assert bool(missing) == bool(variables), checked["problems"]
-        assert all(closed in p for p in missing)
+        # Every image is asked of the loopback mirror, and nothing else is asked.
+        assert all(closed in p for p in missing), missing
