@@ -1,6 +1,7 @@
 """`kubegpu artifacts list|check` against a real mirror: Debian's registry (distribution 2.8)
 holding multi-platform images pushed with skopeo, and the testbed's signed apt repository of the
-toolkit's packages (test doubles of NVIDIA's) served over HTTP, both on loopback.
+toolkit's packages (NVIDIA's programs built from its Go module, libnvidia-container as test
+doubles) served over HTTP, both on loopback.
 
 The images are small ones built here under the manifest's paths and tags (NVIDIA's registry is
 not reachable); their digests are computed here and must be what the registry serves, so the
@@ -31,6 +32,7 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils import artifacts  # no
 
 pytestmark = pytest.mark.skipif(reg.available() is not None, reason=str(reg.available()))
 MANIFEST = artifacts.load()
+IMAGES = len(MANIFEST["images"])
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +81,19 @@ def _get(url: str) -> bool:
         return False
 
 
+def mirrored_images(mirror: dict[str, Any]) -> dict[str, Any]:
+    """The registry and digest variables of every image the manifest picks by them, pointing at
+    the mirror and at the digest it serves."""
+    found: dict[str, Any] = {}
+    for image in MANIFEST["images"]:
+        settings = image["settings"]
+        if "registry" in settings and "ref" not in settings:
+            found[settings["registry"]] = mirror["registry"].address
+            if "digest" in settings:
+                found[settings["digest"]] = mirror["digests"][image["name"]][0]
+    return found
+
+
 def inventory(
     folder: Path, mirror: dict[str, Any], localhost: dict[str, Any] | None = None, **overrides: Any
 ) -> Path:
@@ -89,9 +104,7 @@ def inventory(
     pytorch = next(i for i in MANIFEST["images"] if i["name"] == "pytorch")
     tensorflow = next(i for i in MANIFEST["images"] if i["name"] == "tensorflow")
     variables = {
-        "gpu_cluster_image_registry": address,
-        "gpu_cluster_device_plugin_digest": digests["k8s-device-plugin"][0],
-        "gpu_cluster_dcgm_exporter_digest": digests["dcgm-exporter"][0],
+        **mirrored_images(mirror),
         "gpu_tenancy_workload_image_registry": address,
         "gpu_tenancy_workload_pytorch_image": (
             f"{pytorch['path']}:{pytorch['tag']}@{digests['pytorch'][0]}"
@@ -145,18 +158,19 @@ def test_check_finds_every_artifact_the_inventory_pulls(
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
     address = mirror["registry"].address
-    assert [i["reference"].split("/")[0] for i in data["images"]] == [address] * 4
+    assert [i["reference"].split("/")[0] for i in data["images"]] == [address] * IMAGES
     toolkit = [p for p in data["packages"] if p["group"] == "nvidia-container-toolkit"]
     assert {(p["name"], p["version"]) for p in toolkit} == {
-        (name, "1.18.0-1") for name in MANIFEST["packages"][0]["names"]
+        (name, "1.20.2-1") for name in MANIFEST["packages"][0]["names"]
     }
     run = kubegpu("artifacts", "check", "-i", str(inv))
     assert run.returncode == 0, run.stdout + run.stderr
-    # 4 images and the toolkit's 4 packages; the driver's come from the OS's own sources.
+    # Every image and the toolkit's 4 packages; the driver's come from the OS's own sources.
     driver = [p for p in data["packages"] if p["group"] == "nvidia-driver"]
+    total = IMAGES + 4
     assert run.stdout.strip().splitlines()[-1] == (
-        f"8 of 8 artifacts found on the mirrors, 0 missing ({len(driver)} driver packages come "
-        "from the OS's own sources, not asked)"
+        f"{total} of {total} artifacts found on the mirrors, 0 missing ({len(driver)} driver"
+        " packages come from the OS's own sources, not asked)"
     )
 
 
@@ -181,10 +195,11 @@ def test_check_names_each_missing_image_and_package(mirror: dict[str, Any], tmp_
     toolkit = [line for line in lines if line.startswith("missing package")]
     assert len(toolkit) == 4
     assert all(
-        "=1.19.0-1: not in the mirror's index (the mirror has 1.17.8-1, 1.18.0-1)" in line
+        "=1.19.0-1: not in the mirror's index (the mirror has 1.17.8-1, 1.20.2-1)" in line
         for line in toolkit
     )
-    assert lines[-1].startswith("3 of 8 artifacts found on the mirrors, 5 missing")
+    total = IMAGES + 4
+    assert lines[-1].startswith(f"{total - 5} of {total} artifacts found on the mirrors, 5 missing")
 
 
 def test_an_image_deleted_from_the_mirror_is_named(mirror: dict[str, Any], tmp_path: Path) -> None:
@@ -273,7 +288,8 @@ def test_offline_preflight_stops_naming_what_the_mirror_lacks(
     mirror lacks stops the run on the controller, named, before any node is contacted."""
     good = preflight(inventory(tmp_path / "good", mirror, localhost={}))
     assert good.returncode == 0, good.stdout[-3000:] + good.stderr[-2000:]
-    assert "8 of 8 artifacts found on the mirrors, 0 missing" in good.stdout
+    total = IMAGES + 4
+    assert f"{total} of {total} artifacts found on the mirrors, 0 missing" in good.stdout
     other = "sha256:" + "1" * 64
     bad = preflight(
         inventory(tmp_path / "bad", mirror, localhost={}, gpu_cluster_device_plugin_digest=other)
@@ -345,9 +361,7 @@ def test_an_offline_converge_asks_the_mirrors_first_and_installs_from_them(
     offline = {
         "kubegpu_offline": True,
         "kubegpu_artifacts_plain_http_registries": [address],
-        "gpu_cluster_image_registry": address,
-        "gpu_cluster_device_plugin_digest": mirror["digests"]["k8s-device-plugin"][0],
-        "gpu_cluster_dcgm_exporter_digest": mirror["digests"]["dcgm-exporter"][0],
+        **mirrored_images(mirror),
         "gpu_tenancy_workload_image_registry": address,
         "gpu_tenancy_workload_pytorch_image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime@"
         + mirror["digests"]["pytorch"][0],
@@ -371,7 +385,7 @@ def test_an_offline_converge_asks_the_mirrors_first_and_installs_from_them(
         ]
         assert uris == [testbed.vendor_repo_url + "/stable/deb/$(ARCH)"], source
         versions = ssh("dpkg-query -W -f='${Package} ${Version}\\n' " + " ".join(TOOLKIT)).stdout
-        assert sorted(versions.split("\n")[:-1]) == sorted(f"{p} 1.18.0-1" for p in TOOLKIT)
+        assert sorted(versions.split("\n")[:-1]) == sorted(f"{p} 1.20.2-1" for p in TOOLKIT)
         again = _site(testbed, node, tmp_path, offline)
         assert again.returncode == 0, again.stdout[-3000:]
         assert "changed=0" in _recap(again.stdout)[node], again.stdout[-3000:]
