@@ -16,6 +16,7 @@ GPU) stay TEST DOUBLES and say so.
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import json
@@ -290,6 +291,39 @@ class VendorRepo:
     versions: tuple[str, ...]
 
 
+def _packaging_key(build_dir: str) -> str:
+    """A hash of what the .debs of one release are made from besides the build: this file and
+    the doubles."""
+    digest = hashlib.sha256(build_dir.encode() + b"\0" + Path(__file__).read_bytes())
+    doubles = resources.files("kubegpu.testbed").joinpath("doubles")
+    for entry in sorted(doubles.iterdir(), key=lambda e: e.name):
+        digest.update(entry.name.encode() + b"\0" + entry.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _cached_debs(version: str, flat: Path, work: Path) -> list[Path]:
+    """The four .debs of one release, copied into flat: packaged once per build of NVIDIA's
+    programs (kept beside it), so a testbed comes up without compressing them again."""
+    build = toolkit_build.build(version.split("-")[0])
+    kept = Path(str(build["dir"])) / f"debs-{_packaging_key(str(build['dir']))}"
+    with open(kept.parent / ".debs.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not kept.is_dir():
+            partial = kept.with_name(".partial-" + kept.name)
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            for spec in package_specs(version, build):
+                build_deb(spec, version, partial, work)
+            for old in kept.parent.glob("debs-*"):
+                shutil.rmtree(old, ignore_errors=True)
+            partial.rename(kept)
+    debs = []
+    for deb in sorted(kept.glob("*.deb")):
+        shutil.copyfile(deb, flat / deb.name)
+        debs.append(flat / deb.name)
+    return debs
+
+
 def build_repo(folder: Path) -> VendorRepo:
     """Build, index and sign the repository under folder (replacing what was there)."""
     shutil.rmtree(folder, ignore_errors=True)
@@ -298,11 +332,9 @@ def build_repo(folder: Path) -> VendorRepo:
     flat.mkdir(parents=True)
     work = folder / "build"
     work.mkdir()
-    debs = [
-        build_deb(spec, version, flat, work)
-        for version in VERSIONS
-        for spec in package_specs(version)
-    ]
+    debs = []
+    for version in VERSIONS:
+        debs += _cached_debs(version, flat, work)
     index = packages_index(debs, flat)
     write_file(flat / "Packages", index)
     write_file(flat / "Packages.gz", gzip.compress(index.encode(), mtime=0))
