@@ -3,8 +3,9 @@ github.com/NVIDIA/k8s-device-plugin by tests/nvml/build.py) on the NVML TEST DOU
 (tests/nvml, KUBEGPU_SIMULATED), which replays a real nvidia-smi capture.
 
 - GFD runs `--oneshot` with file output and no NodeFeature API, its library path at the double;
-  the labels it writes are checked against the capture's values, and against kubegpu's own
-  readiness rule for GFD labels. GFD's output is kept as a capture in tests/nvml/captures.
+  the labels it writes (MIG strategies none, single and mixed for the A100 MIG capture) are
+  checked against the capture's values, and against kubegpu's own readiness rule for GFD
+  labels. GFD's output is kept as a capture in tests/nvml/captures.
 - The device plugin runs on a testbed node next to a real kubelet (Kubernetes 1.37,
   tests/cluster) joined to a real control plane: the Node's allocatable nvidia.com/gpu (also as
   kubegpu's readiness rule predicts it), a pod scheduled by the real scheduler and started by
@@ -180,19 +181,62 @@ def test_gfd_labels_the_captures_gpu(built: dict[str, Any], tmp_path: Path, capt
     assert "KUBEGPU_SIMULATED" in proc.stderr
 
 
+MIG_CAPTURE = "netdata-a100-sxm4-40gb-mig-510.xml"
+
+
 @pytest.mark.parametrize("strategy", ["single", "mixed"])
-def test_gfd_mig_strategies_stop_at_the_mig_devices_the_double_does_not_replay(
+def test_gfd_mig_strategies_label_the_captures_mig_devices(
     built: dict[str, Any], tmp_path: Path, strategy: str
 ) -> None:
-    """The XML capture has MIG mode and two MIG devices but no MIG UUIDs or profile ids: the
-    double answers NOT_SUPPORTED for them, and GFD says so instead of writing labels."""
+    """The A100 capture's two MIG devices (3g: 42 SMs, 19968 MiB each) as NVIDIA's GFD labels
+    them under MIG strategies single and mixed; kubegpu's rule passes with the strategy."""
     data = tmp_path / "gpu.data"
-    data.write_text(capture_to_data.convert(XML / "netdata-a100-sxm4-40gb-mig-510.xml"))
+    data.write_text(capture_to_data.convert(XML / MIG_CAPTURE))
     out = tmp_path / "gfd"
     proc = run_gfd(built, data, out, f"--mig-strategy={strategy}")
-    assert proc.returncode == 1, proc.stderr[-4000:]
-    assert "error getting max MIG device count: Not Supported" in proc.stderr
-    assert not out.exists()
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    text = out.read_text()
+    labels = labels_of(text)
+    gpu = ET.parse(XML / MIG_CAPTURE).getroot().findall("gpu")[0]
+    migs = gpu.findall("mig_devices/mig_device")
+    shared = migs[0].find("device_attributes/shared")
+    assert shared is not None
+    # NVIDIA's profile name: <slices>g.<memory rounded up to GB>gb.
+    sms = int(xml_value(shared, "multiprocessor_count"))
+    slices = capture_to_data.MIG_SLICES_BY_SMS[xml_value(gpu, "product_name")][sms]
+    memory = int(xml_value(migs[0], "fb_memory_usage/total").split()[0])
+    profile = f"{slices}g.{-(-memory // 1024)}gb"
+    product = xml_value(gpu, "product_name").replace(" ", "-")
+    prefix = "nvidia.com/gpu" if strategy == "single" else f"nvidia.com/mig-{profile}"
+    expected = {
+        f"{prefix}.product": f"{product}-MIG-{profile}",
+        f"{prefix}.count": str(len(migs)),
+        f"{prefix}.memory": str(memory),
+        f"{prefix}.multiprocessors": str(sms),
+        f"{prefix}.slices.gi": str(slices),
+        f"{prefix}.slices.ci": str(slices),
+        f"{prefix}.engines.copy": xml_value(shared, "copy_engine_count"),
+        f"{prefix}.engines.decoder": xml_value(shared, "decoder_count"),
+        f"{prefix}.engines.encoder": xml_value(shared, "encoder_count"),
+        f"{prefix}.engines.jpeg": xml_value(shared, "jpg_count"),
+        f"{prefix}.engines.ofa": xml_value(shared, "ofa_count"),
+        "nvidia.com/mig.strategy": strategy,
+        "nvidia.com/mig.capable": "true",
+    }
+    assert {key: labels.get(key) for key in expected} == expected, text
+    if strategy == "single":
+        check = cluster_readiness.check_gfd_labels(
+            {"metadata": {"labels": labels}},
+            list(cluster_readiness.DEFAULT_GFD_LABELS),
+            True,
+            len(migs),
+            mig_strategy=strategy,
+        )
+        assert check["status"] == "pass", check
+    kept = NVML / "captures" / f"gfd-0.19.0-oneshot-netdata-a100-sxm4-40gb-mig-510-{strategy}.txt"
+    if os.environ.get("KUBEGPU_NVML_RECAPTURE") == "1":
+        kept.write_text(text)
+    assert labels_of(kept.read_text()) == labels, "GFD's output changed; KUBEGPU_NVML_RECAPTURE=1"
 
 
 # --- the device plugin next to a real kubelet ---------------------------------------------------

@@ -15,7 +15,10 @@ Output: `key=value` lines, `#` comments, one `device.<i>.<field>` block per GPU.
   device.<i>.name uuid pci_bus_id pci_device_id pci_subsystem_id minor_number brand
            architecture memory_total_mib memory_reserved_mib memory_used_mib memory_free_mib
            mig_mode (enabled / disabled / unsupported) compute_major compute_minor
-           virtualization_mode
+           virtualization_mode, and on a GPU in MIG mode: max_mig_devices, then per MIG device
+           device.<i>.mig.<j>.gpu_instance_id compute_instance_id multiprocessor_count
+           copy_engine_count encoder_count decoder_count ofa_count jpg_count memory_total_mib
+           slices
 
 Standard library only:  python3 tests/nvml/capture_to_data.py CAPTURE.xml [-o OUT]
 """
@@ -41,6 +44,14 @@ COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
     "NVIDIA H100 80GB HBM3": (9, 0),
     "NVIDIA H100 PCIe": (9, 0),
     "Tesla P100-PCIE-16GB": (6, 0),
+}
+# MIG, which nvidia-smi -q -x does not name: the most MIG devices a GPU can hold, and the GPU
+# instance slice count of a MIG device by its multiprocessor count. From NVIDIA's MIG User Guide
+# (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/, "Supported MIG Profiles"): the
+# A100-SXM4-40GB holds up to 7 MIG devices; its 1g/2g/3g/4g/7g instances have 14/28/42/56/98 SMs.
+MIG_MAX_DEVICES: dict[str, int] = {"NVIDIA A100-SXM4-40GB": 7}
+MIG_SLICES_BY_SMS: dict[str, dict[int, int]] = {
+    "NVIDIA A100-SXM4-40GB": {14: 1, 28: 2, 42: 3, 56: 4, 98: 7},
 }
 # nvidia-smi's <product_architecture> and <product_brand> text -> the names the test double maps
 # onto nvml.h's NVML_DEVICE_ARCH_* and NVML_BRAND_* constants.
@@ -123,7 +134,36 @@ def device_lines(index: int, gpu: ET.Element) -> list[str]:
         "compute_minor": minor,
         "virtualization_mode": VIRTUALIZATION_MODES[virtualization],
     }
-    return [f"device.{index}.{key}={value}" for key, value in fields.items()]
+    lines = [f"device.{index}.{key}={value}" for key, value in fields.items()]
+    if fields["mig_mode"] == "enabled":
+        lines += mig_lines(index, name, gpu)
+    return lines
+
+
+def mig_lines(index: int, name: str, gpu: ET.Element) -> list[str]:
+    """A MIG-enabled GPU's MIG devices: ids, shared engines and memory from the capture; the
+    slice count from NVIDIA's table. MIG device UUIDs are not in nvidia-smi -q -x output."""
+    if name not in MIG_MAX_DEVICES:
+        raise CaptureError(f"no MIG table for {name!r}: add it to MIG_MAX_DEVICES")
+    lines = [f"device.{index}.max_mig_devices={MIG_MAX_DEVICES[name]}"]
+    for number, mig in enumerate(gpu.findall("mig_devices/mig_device")):
+        sms = int(text(mig, "device_attributes/shared/multiprocessor_count"))
+        if sms not in MIG_SLICES_BY_SMS[name]:
+            raise CaptureError(f"MIG device with {sms} SMs: no {name} profile has that many")
+        fields = {
+            "gpu_instance_id": text(mig, "gpu_instance_id"),
+            "compute_instance_id": text(mig, "compute_instance_id"),
+            "multiprocessor_count": sms,
+            "copy_engine_count": text(mig, "device_attributes/shared/copy_engine_count"),
+            "encoder_count": text(mig, "device_attributes/shared/encoder_count"),
+            "decoder_count": text(mig, "device_attributes/shared/decoder_count"),
+            "ofa_count": text(mig, "device_attributes/shared/ofa_count"),
+            "jpg_count": text(mig, "device_attributes/shared/jpg_count"),
+            "memory_total_mib": mib(mig, "fb_memory_usage/total"),
+            "slices": MIG_SLICES_BY_SMS[name][sms],
+        }
+        lines += [f"device.{index}.mig.{number}.{key}={value}" for key, value in fields.items()]
+    return lines
 
 
 def convert(capture: Path) -> str:

@@ -24,6 +24,7 @@
 #define MARKER "KUBEGPU_SIMULATED"
 #define KUBEGPU_NVML_DEFAULT_DATA "/usr/share/kubegpu/nvml-standin.data"
 #define MAX_DEVICES 16
+#define MAX_MIG 8
 #define TEXT 96
 
 struct nvmlDevice_st {
@@ -44,6 +45,27 @@ struct nvmlDevice_st {
     int compute_major;
     int compute_minor;
     nvmlGpuVirtualizationMode_t virtualization_mode;
+    unsigned int max_mig_devices;
+    unsigned int mig_count;
+    /* a MIG device: its parent, ids, shared engines and GPU instance slices */
+    struct nvmlDevice_st *parent;
+    unsigned int gpu_instance_id;
+    unsigned int compute_instance_id;
+    unsigned int multiprocessor_count;
+    unsigned int copy_engine_count;
+    unsigned int encoder_count;
+    unsigned int decoder_count;
+    unsigned int ofa_count;
+    unsigned int jpg_count;
+    unsigned int slices;
+};
+
+struct nvmlGpuInstance_st {
+    struct nvmlDevice_st *mig;
+};
+
+struct nvmlComputeInstance_st {
+    struct nvmlDevice_st *mig;
 };
 
 struct nvmlEventSet_st {
@@ -57,6 +79,9 @@ static struct {
     char capture[512];
     unsigned int device_count;
     struct nvmlDevice_st devices[MAX_DEVICES];
+    struct nvmlDevice_st migs[MAX_DEVICES * MAX_MIG];
+    struct nvmlGpuInstance_st gpu_instances[MAX_DEVICES * MAX_MIG];
+    struct nvmlComputeInstance_st compute_instances[MAX_DEVICES * MAX_MIG];
 } state;
 
 static void say(const char *format, ...)
@@ -83,6 +108,12 @@ static nvmlReturn_t unsupported(const char *function)
     return NVML_ERROR_NOT_SUPPORTED;
 }
 #define UNSUPPORTED() unsupported(__func__)
+/* What a MIG device handle cannot answer here (the capture lists no MIG names or UUIDs). */
+#define FULL_GPU_ONLY()                                                                         \
+    do {                                                                                        \
+        if (dev->parent != NULL)                                                                \
+            return UNSUPPORTED();                                                               \
+    } while (0)
 
 static int lookup(const char *table[], const unsigned int values[], size_t n, const char *text,
                   unsigned int *out)
@@ -182,6 +213,26 @@ static int set_device_field(struct nvmlDevice_st *d, const char *field, const ch
         d->compute_minor = (int)number;
     else if (strcmp(field, "virtualization_mode") == 0)
         d->virtualization_mode = (nvmlGpuVirtualizationMode_t)number;
+    else if (strcmp(field, "max_mig_devices") == 0 && number <= MAX_MIG)
+        d->max_mig_devices = (unsigned int)number;
+    else if (strcmp(field, "gpu_instance_id") == 0)
+        d->gpu_instance_id = (unsigned int)number;
+    else if (strcmp(field, "compute_instance_id") == 0)
+        d->compute_instance_id = (unsigned int)number;
+    else if (strcmp(field, "multiprocessor_count") == 0)
+        d->multiprocessor_count = (unsigned int)number;
+    else if (strcmp(field, "copy_engine_count") == 0)
+        d->copy_engine_count = (unsigned int)number;
+    else if (strcmp(field, "encoder_count") == 0)
+        d->encoder_count = (unsigned int)number;
+    else if (strcmp(field, "decoder_count") == 0)
+        d->decoder_count = (unsigned int)number;
+    else if (strcmp(field, "ofa_count") == 0)
+        d->ofa_count = (unsigned int)number;
+    else if (strcmp(field, "jpg_count") == 0)
+        d->jpg_count = (unsigned int)number;
+    else if (strcmp(field, "slices") == 0)
+        d->slices = (unsigned int)number;
     else {
         say("%s:%d: unknown device field %s", path, line, field);
         return -1;
@@ -202,6 +253,7 @@ static int load(const char *path)
         return -1;
     }
     memset(&state.devices, 0, sizeof state.devices);
+    memset(&state.migs, 0, sizeof state.migs);
     state.device_count = 0;
     while (!failed && fgets(buffer, sizeof buffer, file) != NULL) {
         char *key = buffer, *value;
@@ -236,6 +288,21 @@ static int load(const char *path)
                 say("%s:%d: bad device key %s (device.<0..%d>.<field>)", path, line, key,
                     MAX_DEVICES - 1);
                 failed = 1;
+            } else if (strncmp(end + 1, "mig.", 4) == 0) {
+                char *rest;
+                unsigned long number = strtoul(end + 5, &rest, 10);
+                if (*rest != '.' || number >= MAX_MIG) {
+                    say("%s:%d: bad MIG key %s (device.<i>.mig.<0..%d>.<field>)", path, line, key,
+                        MAX_MIG - 1);
+                    failed = 1;
+                } else {
+                    struct nvmlDevice_st *mig = &state.migs[index * MAX_MIG + number];
+                    mig->parent = &state.devices[index];
+                    mig->index = (unsigned int)number;
+                    if (number + 1 > state.devices[index].mig_count)
+                        state.devices[index].mig_count = (unsigned int)number + 1;
+                    failed = set_device_field(mig, rest + 1, value, path, line);
+                }
             } else {
                 state.devices[index].index = (unsigned int)index;
                 failed = set_device_field(&state.devices[index], end + 1, value, path, line);
@@ -267,9 +334,11 @@ static nvmlReturn_t check_device(const struct nvmlDevice_st *dev)
 {
     if (state.init_count == 0)
         return NVML_ERROR_UNINITIALIZED;
-    if (dev < state.devices || dev >= state.devices + state.device_count)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    return NVML_SUCCESS;
+    if (dev >= state.devices && dev < state.devices + state.device_count)
+        return NVML_SUCCESS;
+    if (dev >= state.migs && dev < state.migs + MAX_DEVICES * MAX_MIG && dev->parent != NULL)
+        return NVML_SUCCESS;
+    return NVML_ERROR_INVALID_ARGUMENT;
 }
 #define CHECK(device)                                                                           \
     const struct nvmlDevice_st *dev = (device).handle;                                          \
@@ -447,18 +516,21 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *bus_id, nvmlDevice
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
     CHECK(device);
+    FULL_GPU_ONLY();
     return put_text(name, length, dev->name);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
     CHECK(device);
+    FULL_GPU_ONLY();
     return put_text(uuid, length, dev->uuid);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 {
     CHECK(device);
+    FULL_GPU_ONLY();
     if (index == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     *index = dev->index;
@@ -468,6 +540,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor)
 {
     CHECK(device);
+    FULL_GPU_ONLY();
     if (minor == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     *minor = dev->minor_number;
@@ -477,6 +550,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *
 EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *brand)
 {
     CHECK(device);
+    FULL_GPU_ONLY();
     if (brand == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     *brand = dev->brand;
@@ -486,6 +560,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *bra
 EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch)
 {
     CHECK(device);
+    FULL_GPU_ONLY();
     if (arch == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     *arch = dev->architecture;
@@ -495,6 +570,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArc
 EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
 {
     CHECK(device);
+    FULL_GPU_ONLY();
     if (major == NULL || minor == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     *major = dev->compute_major;
@@ -506,6 +582,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *
 {
     unsigned int domain = 0, bus = 0, slot = 0, function = 0;
     CHECK(device);
+    FULL_GPU_ONLY();
     if (pci == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     memset(pci, 0, sizeof *pci);
@@ -535,6 +612,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
     CHECK(device);
+    FULL_GPU_ONLY();
     if (memory == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     memory->total = dev->memory_total_mib * MIB;
@@ -547,6 +625,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
     CHECK(device);
+    FULL_GPU_ONLY();
     if (memory == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     memory->total = dev->memory_total_mib * MIB;
@@ -560,13 +639,14 @@ EXPORT nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device,
                                                     nvmlGpuVirtualizationMode_t *mode)
 {
     CHECK(device);
+    FULL_GPU_ONLY();
     if (mode == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     *mode = dev->virtualization_mode;
     return NVML_SUCCESS;
 }
 
-/* ---- MIG: the mode only; MIG devices are not replayed ---- */
+/* ---- MIG: the mode, and the MIG devices the capture lists (no MIG UUIDs in it) ---- */
 
 EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current,
                                          unsigned int *pending)
@@ -574,7 +654,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *curr
     CHECK(device);
     if (current == NULL || pending == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    if (dev->mig_mode < 0)
+    if (dev->parent != NULL || dev->mig_mode < 0)
         return UNSUPPORTED();
     *current = *pending = (unsigned int)dev->mig_mode;
     return NVML_SUCCESS;
@@ -585,24 +665,208 @@ EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned in
     CHECK(device);
     if (is_mig == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *is_mig = 0;
+    *is_mig = dev->parent != NULL;
     return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
 {
     CHECK(device);
-    (void)count;
-    return UNSUPPORTED();
+    if (count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (dev->parent != NULL || dev->max_mig_devices == 0)
+        return UNSUPPORTED();
+    *count = dev->max_mig_devices;
+    return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
                                                         nvmlDevice_t *mig)
 {
     CHECK(device);
-    (void)index;
-    (void)mig;
-    return UNSUPPORTED();
+    if (mig == NULL || dev->parent != NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (dev->max_mig_devices == 0)
+        return UNSUPPORTED();
+    if (index >= dev->max_mig_devices)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (index >= dev->mig_count)
+        return NVML_ERROR_NOT_FOUND;
+    mig->handle = &state.migs[(dev - state.devices) * MAX_MIG + index];
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t device,
+                                                                 nvmlDevice_t *parent)
+{
+    CHECK(device);
+    if (parent == NULL || dev->parent == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    parent->handle = dev->parent;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    CHECK(device);
+    if (id == NULL || dev->parent == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *id = dev->gpu_instance_id;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    CHECK(device);
+    if (id == NULL || dev->parent == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *id = dev->compute_instance_id;
+    return NVML_SUCCESS;
+}
+
+/* nvml.h's profile ids by slice count: GPU and compute instance profiles number alike. */
+static int profile_of(unsigned int slices)
+{
+    switch (slices) {
+    case 1:
+        return NVML_GPU_INSTANCE_PROFILE_1_SLICE;
+    case 2:
+        return NVML_GPU_INSTANCE_PROFILE_2_SLICE;
+    case 3:
+        return NVML_GPU_INSTANCE_PROFILE_3_SLICE;
+    case 4:
+        return NVML_GPU_INSTANCE_PROFILE_4_SLICE;
+    case 7:
+        return NVML_GPU_INSTANCE_PROFILE_7_SLICE;
+    default:
+        return -1;
+    }
+}
+
+static const struct nvmlDevice_st *mig_with_profile(const struct nvmlDevice_st *parent,
+                                                    unsigned int profile)
+{
+    for (unsigned int i = 0; i < parent->mig_count; i++) {
+        const struct nvmlDevice_st *mig = &state.migs[(parent - state.devices) * MAX_MIG + i];
+        if (profile_of(mig->slices) == (int)profile)
+            return mig;
+    }
+    return NULL;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile,
+                                                        nvmlGpuInstanceProfileInfo_t *info)
+{
+    const struct nvmlDevice_st *mig;
+    CHECK(device);
+    if (info == NULL || dev->parent != NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    /* Only the profiles of the capture's MIG devices are known. */
+    mig = mig_with_profile(dev, profile);
+    if (mig == NULL)
+        return UNSUPPORTED();
+    memset(info, 0, sizeof *info);
+    info->id = profile;
+    info->sliceCount = mig->slices;
+    info->multiprocessorCount = mig->multiprocessor_count;
+    info->copyEngineCount = mig->copy_engine_count;
+    info->decoderCount = mig->decoder_count;
+    info->encoderCount = mig->encoder_count;
+    info->jpegCount = mig->jpg_count;
+    info->ofaCount = mig->ofa_count;
+    info->memorySizeMB = mig->memory_total_mib;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
+                                                 nvmlGpuInstance_t *gpu_instance)
+{
+    CHECK(device);
+    if (gpu_instance == NULL || dev->parent != NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < dev->mig_count; i++) {
+        size_t k = (size_t)(dev - state.devices) * MAX_MIG + i;
+        if (state.migs[k].gpu_instance_id == id) {
+            state.gpu_instances[k].mig = &state.migs[k];
+            gpu_instance->handle = &state.gpu_instances[k];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpu_instance,
+                                           nvmlGpuInstanceInfo_t *info)
+{
+    const struct nvmlDevice_st *mig;
+    if (gpu_instance.handle == NULL || info == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    mig = gpu_instance.handle->mig;
+    memset(info, 0, sizeof *info);
+    info->device.handle = mig->parent;
+    info->id = mig->gpu_instance_id;
+    info->profileId = (unsigned int)profile_of(mig->slices);
+    /* placement: not in the capture, left 0 */
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpu_instance,
+                                                          unsigned int id,
+                                                          nvmlComputeInstance_t *compute_instance)
+{
+    struct nvmlDevice_st *mig;
+    if (gpu_instance.handle == NULL || compute_instance == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    mig = gpu_instance.handle->mig;
+    if (mig->compute_instance_id != id)
+        return NVML_ERROR_NOT_FOUND;
+    state.compute_instances[gpu_instance.handle - state.gpu_instances].mig = mig;
+    compute_instance->handle = &state.compute_instances[gpu_instance.handle - state.gpu_instances];
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(
+    nvmlGpuInstance_t gpu_instance, unsigned int profile, unsigned int engine_profile,
+    nvmlComputeInstanceProfileInfo_t *info)
+{
+    const struct nvmlDevice_st *mig;
+    if (gpu_instance.handle == NULL || info == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    mig = gpu_instance.handle->mig;
+    /* The capture's compute instance spans its whole GPU instance, engines shared. */
+    if ((int)profile != profile_of(mig->slices) ||
+        engine_profile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+        return UNSUPPORTED();
+    memset(info, 0, sizeof *info);
+    info->id = profile;
+    info->sliceCount = mig->slices;
+    info->multiprocessorCount = mig->multiprocessor_count;
+    info->sharedCopyEngineCount = mig->copy_engine_count;
+    info->sharedDecoderCount = mig->decoder_count;
+    info->sharedEncoderCount = mig->encoder_count;
+    info->sharedJpegCount = mig->jpg_count;
+    info->sharedOfaCount = mig->ofa_count;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t compute_instance,
+                                                  nvmlComputeInstanceInfo_t *info)
+{
+    struct nvmlDevice_st *mig;
+    if (compute_instance.handle == NULL || info == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    mig = compute_instance.handle->mig;
+    memset(info, 0, sizeof *info);
+    info->device.handle = mig->parent;
+    info->gpuInstance.handle = &state.gpu_instances[compute_instance.handle - state.compute_instances];
+    info->id = mig->compute_instance_id;
+    info->profileId = (unsigned int)profile_of(mig->slices);
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t compute_instance,
+                                               nvmlComputeInstanceInfo_t *info)
+{
+    return nvmlComputeInstanceGetInfo_v2(compute_instance, info);
 }
 
 /* ---- events: none ever arrive (a healthy GPU), so a wait times out ---- */
@@ -627,6 +891,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
                                                      unsigned long long *types)
 {
     CHECK(device);
+    FULL_GPU_ONLY();
     if (types == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     /* The capture shows ECC enabled: Xid and ECC events are what such a GPU supports. */
@@ -639,6 +904,7 @@ EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long 
                                              nvmlEventSet_t set)
 {
     CHECK(device);
+    FULL_GPU_ONLY();
     if (set.handle == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     set.handle->registered |= types;
@@ -660,13 +926,26 @@ EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data,
     return nvmlEventSetWait_v2(set, data, timeout_ms);
 }
 
-/* ---- queries a replayed nvidia-smi capture cannot answer ---- */
+/* ---- device attributes, and queries a replayed nvidia-smi capture cannot answer ---- */
 
 EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *a)
 {
     CHECK(device);
-    (void)a;
-    return UNSUPPORTED();
+    if (a == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    /* A MIG device's attributes are in the capture; a full GPU's are not. */
+    if (dev->parent == NULL)
+        return UNSUPPORTED();
+    a->multiprocessorCount = dev->multiprocessor_count;
+    a->sharedCopyEngineCount = dev->copy_engine_count;
+    a->sharedDecoderCount = dev->decoder_count;
+    a->sharedEncoderCount = dev->encoder_count;
+    a->sharedJpegCount = dev->jpg_count;
+    a->sharedOfaCount = dev->ofa_count;
+    a->gpuInstanceSliceCount = dev->slices;
+    a->computeInstanceSliceCount = dev->slices;
+    a->memorySizeMB = dev->memory_total_mib;
+    return NVML_SUCCESS;
 }
 EXPORT nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t device, nvmlDeviceAttributes_t *a)
 {

@@ -37,6 +37,22 @@ class Memory(ctypes.Structure):
     ]
 
 
+class Attributes(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_uint)
+        for name in (
+            "multiprocessorCount",
+            "sharedCopyEngineCount",
+            "sharedDecoderCount",
+            "sharedEncoderCount",
+            "sharedJpegCount",
+            "sharedOfaCount",
+            "gpuInstanceSliceCount",
+            "computeInstanceSliceCount",
+        )
+    ] + [("memorySizeMB", ctypes.c_ulonglong)]
+
+
 class MemoryV2(ctypes.Structure):
     _fields_ = [
         ("version", ctypes.c_uint),
@@ -122,6 +138,8 @@ def probe(path: str) -> dict[str, object]:
         current, pending = ctypes.c_uint(), ctypes.c_uint()
         if call("nvmlDeviceGetMigMode", handle, ctypes.byref(current), ctypes.byref(pending)):
             device["mig_mode"] = [current.value, pending.value]
+        if device.get("mig_mode") == [1, 1]:
+            device["migs"] = probe_migs(nvml, handle, rc)
         events = ctypes.c_ulonglong()
         if call("nvmlDeviceGetSupportedEventTypes", handle, ctypes.byref(events)):
             device["supported_events"] = events.value
@@ -133,6 +151,39 @@ def probe(path: str) -> dict[str, object]:
     call("nvmlShutdown")
     result["errors"] = {code: nvml.nvmlErrorString(code).decode() for code in (0, 3, 9, 10)}
     return result
+
+
+def probe_migs(nvml: ctypes.CDLL, handle: ctypes.c_void_p, rc: dict[str, int]) -> list[object]:
+    """The MIG devices of a GPU in MIG mode: ids, attributes, parent, GPU instance profile."""
+    migs: list[object] = []
+    maximum = ctypes.c_uint()
+    rc["nvmlDeviceGetMaxMigDeviceCount"] = nvml.nvmlDeviceGetMaxMigDeviceCount(
+        handle, ctypes.byref(maximum)
+    )
+    for index in range(maximum.value):
+        mig = ctypes.c_void_p()
+        code = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index, ctypes.byref(mig))
+        if code != NVML_SUCCESS:
+            rc[f"nvmlDeviceGetMigDeviceHandleByIndex({index})"] = code
+            continue
+        found: dict[str, object] = {}
+        migs.append(found)
+        value, parent = ctypes.c_uint(), ctypes.c_void_p()
+        for name, field in (
+            ("nvmlDeviceIsMigDeviceHandle", "is_mig"),
+            ("nvmlDeviceGetGpuInstanceId", "gpu_instance_id"),
+            ("nvmlDeviceGetComputeInstanceId", "compute_instance_id"),
+        ):
+            if getattr(nvml, name)(mig, ctypes.byref(value)) == NVML_SUCCESS:
+                found[field] = value.value
+        if nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig, ctypes.byref(parent)) == 0:
+            found["parent_matches"] = parent.value == handle.value
+        attributes = Attributes()
+        if nvml.nvmlDeviceGetAttributes_v2(mig, ctypes.byref(attributes)) == NVML_SUCCESS:
+            found["attributes"] = {k: getattr(attributes, k) for k, _ in Attributes._fields_}
+        text = ctypes.create_string_buffer(BUFFER)
+        found["uuid_rc"] = nvml.nvmlDeviceGetUUID(mig, text, BUFFER)
+    return migs
 
 
 if __name__ == "__main__":

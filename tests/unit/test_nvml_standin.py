@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 XML = REPO / "src" / "kubegpu" / "captures" / "nvidia-smi-xml"
 CAPTURES = ["telegraf-tesla-t4-515.xml", "netdata-a100-sxm4-40gb-mig-510.xml"]
 MIB = 1024 * 1024
-NOT_SUPPORTED, DRIVER_NOT_LOADED, INSUFFICIENT_SIZE, TIMEOUT = 3, 9, 7, 10
+NOT_SUPPORTED, DRIVER_NOT_LOADED, INSUFFICIENT_SIZE, TIMEOUT, NOT_FOUND = 3, 9, 7, 10, 6
 # nvml.h: NVML_DEVICE_ARCH_TURING 6, NVML_DEVICE_ARCH_AMPERE 7; NVML_BRAND_NVIDIA 14;
 # NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH 1.
 ARCHITECTURE = {"Turing": 6, "Ampere": 7}
@@ -56,6 +56,39 @@ def value(gpu: ET.Element, path: str) -> str:
     found = gpu.find(path)
     assert found is not None and found.text is not None, path
     return found.text.strip()
+
+
+def expected_migs(gpu: ET.Element) -> list[dict[str, object]]:
+    """The capture's MIG devices as the double should answer for them (slice counts from the
+    converter's table of NVIDIA's published profiles; no MIG UUID: NOT_SUPPORTED)."""
+    name = value(gpu, "product_name")
+    migs = []
+    for mig in gpu.findall("mig_devices/mig_device"):
+        sms = int(value(mig, "device_attributes/shared/multiprocessor_count"))
+        slices = capture_to_data.MIG_SLICES_BY_SMS[name][sms]
+        migs.append(
+            {
+                "is_mig": 1,
+                "gpu_instance_id": int(value(mig, "gpu_instance_id")),
+                "compute_instance_id": int(value(mig, "compute_instance_id")),
+                "parent_matches": True,
+                "attributes": {
+                    "multiprocessorCount": sms,
+                    "sharedCopyEngineCount": int(
+                        value(mig, "device_attributes/shared/copy_engine_count")
+                    ),
+                    "sharedDecoderCount": int(value(mig, "device_attributes/shared/decoder_count")),
+                    "sharedEncoderCount": int(value(mig, "device_attributes/shared/encoder_count")),
+                    "sharedJpegCount": int(value(mig, "device_attributes/shared/jpg_count")),
+                    "sharedOfaCount": int(value(mig, "device_attributes/shared/ofa_count")),
+                    "gpuInstanceSliceCount": slices,
+                    "computeInstanceSliceCount": slices,
+                    "memorySizeMB": int(value(mig, "fb_memory_usage/total").split()[0]),
+                },
+                "uuid_rc": NOT_SUPPORTED,
+            }
+        )
+    return migs
 
 
 @pytest.mark.parametrize("capture", CAPTURES)
@@ -101,11 +134,21 @@ def test_values_are_the_captures(library: Path, tmp_path: Path, capture: str) ->
                 "used": memory["total"] - memory["free"],
             },
             "memory_v2": memory,
-            **({"mig_mode": [1, 1]} if value(gpu, "mig_mode/current_mig") == "Enabled" else {}),
+            **(
+                {"mig_mode": [1, 1], "migs": expected_migs(gpu)}
+                if value(gpu, "mig_mode/current_mig") == "Enabled"
+                else {}
+            ),
             "supported_events": 0b1011,
         }
     if value(gpus[0], "mig_mode/current_mig") == "N/A":
         assert rc["nvmlDeviceGetMigMode"] == NOT_SUPPORTED
+    else:
+        # A100: 7 MIG device slots (NVIDIA's table), the capture's 2 filled, the rest empty.
+        assert rc["nvmlDeviceGetMaxMigDeviceCount"] == 0
+        assert {k: v for k, v in rc.items() if k.startswith("nvmlDeviceGetMigDeviceHandle")} == {
+            f"nvmlDeviceGetMigDeviceHandleByIndex({i})": NOT_FOUND for i in range(2, 7)
+        }
     assert rc["nvmlSystemGetNVMLVersion"] == NOT_SUPPORTED
     assert rc["nvmlSystemGetDriverVersion(short buffer)"] == INSUFFICIENT_SIZE
     assert rc["nvmlEventSetWait_v2"] == TIMEOUT
