@@ -23,6 +23,7 @@ import typing as t
 
 from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd as c
 from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd_params as cp
+from ansible_collections.kubegpu.gpu.plugins.module_utils.containerd_hosts import HOSTS_MARK
 from ansible_collections.kubegpu.gpu.plugins.module_utils.files import RESTART_PENDING_NOTE
 from ansible_collections.kubegpu.gpu.plugins.plugin_utils.piped import (
     B64_HELPERS,
@@ -47,8 +48,8 @@ _READ = (
     + BIN_PATH
     + r"""
 given=$1
-main=$2 drop_in=$3 drop_in_dir=$4 runtime=$5 conf_d=$6 config_d=$7 marker=$8
-shift 8
+main=$2 drop_in=$3 drop_in_dir=$4 runtime=$5 conf_d=$6 config_d=$7 marker=$8 certs_d=$9
+shift 9
 if [ -n "$given" ]; then
   [ -e "$given" ] && bin=$given || bin=
 else
@@ -84,6 +85,10 @@ for p in "$main" "$drop_in" "$drop_in_dir" "$runtime" "$conf_d" "$config_d" "$ma
   esac
   i=$((i + 1))
 done
+for f in "$certs_d"/*/hosts.toml; do
+  [ -f "$f" ] && grep -qF "$HOSTS_MARK" "$f" && printf 'ours %s\n' "$(b64 "$f")"
+done
+exit 0
 """
 )
 
@@ -117,6 +122,7 @@ class _Node:
         self._types: dict[str, str] = {}
         self._texts: dict[str, bytes | None] = {}
         self._listings: dict[str, list[str] | None] = {}
+        self.hosts_files: list[str] = []  # kubegpu's registry hosts.toml files
         for line in stdout.splitlines():
             key, *fields = line.split(" ")
             if key == "nobin":
@@ -135,6 +141,8 @@ class _Node:
                 self._listings[paths[int(fields[0])]] = [b64_text(name) for name in fields[1:]]
             elif key == "nols":
                 self._listings[paths[int(fields[0])]] = None
+            elif key == "ours":
+                self.hosts_files.append(b64_text(fields[0]))
             else:
                 raise ValueError(f"unexpected line {line!r}")
 
@@ -221,8 +229,11 @@ class ActionModule(PipedAction):
             params["restart_marker"],
         ]
         given = params["containerd_binary"] or ""
+        environment = self._compute_environment_string()
         done = self.read(
-            _READ, [given, *paths, *cp.BINARY_DIRS], self._compute_environment_string()
+            f"HOSTS_MARK='{HOSTS_MARK}'\n" + _READ,
+            [given, *paths, params["registry_config_path"], *cp.BINARY_DIRS],
+            environment,
         )
         node = _Node(self, done["stdout"], paths)
         if node.binary is None:
@@ -233,6 +244,9 @@ class ActionModule(PipedAction):
             raise Unanswered(f"the module refuses: {exc}") from None
         if cp.update_result(outcome, planned):
             raise Unanswered("a change to validate and write")
+        if node.hosts_files:
+            raise Unanswered("registry hosts.toml files of kubegpu's to remove")
+        outcome["registry_hosts"] = {"written": [], "removed": []}
         if planned["warnings"]:
             outcome["warnings"] = list(planned["warnings"])
         if params["restart_marker"] and node.exists(params["restart_marker"]):
