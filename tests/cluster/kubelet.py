@@ -22,9 +22,13 @@ addresses from the pod CIDR the controller manager allocated to the node.
 from __future__ import annotations
 
 import json
-from typing import Any
+import time
+from pathlib import Path
+from typing import Any, Protocol
 
 import yaml
+
+from tests.processes import wait_for
 
 KUBELET_BIN = "/usr/bin/kubelet"
 CONFIG = "/var/lib/kubelet/config.yaml"
@@ -114,3 +118,52 @@ def cni_conflist(pod_cidr: str) -> str:
         },
         indent=2,
     )
+
+
+class NodeShell(Protocol):
+    """What join needs of a testbed node: its name, its testbed, and commands and files on it."""
+
+    name: str
+    testbed: Any
+
+    def ok(self, command: str) -> str: ...
+
+    def put(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
+
+
+def import_images(node: NodeShell, archives: list[Path]) -> None:
+    """Import OCI archives (tests/cluster/images.py) into the node's containerd for the CRI."""
+    for archive in archives:
+        node.put("/root/image.tar", archive.read_bytes())
+        node.ok("ctr -n k8s.io images import /root/image.tar >/dev/null && rm /root/image.tar")
+
+
+def node_ready(core: Any, name: str) -> bool:
+    conditions = core.read_node(name).status.conditions or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def join(node: NodeShell, cluster: Any, ready_timeout_s: float = 120.0) -> dict[str, float]:
+    """Join ``node`` to ``cluster`` (a started controlplane.KubeCluster listening on the node's
+    bridge) by a real kubelet: its credentials and kubeadm's layout, the build's kubelet,
+    started; the bridge CNI over the pod CIDR the controller manager allocated to the node; the
+    node Ready. The node's containerd must already run with the sandbox image imported.
+    Returns the timings (seconds)."""
+    from kubernetes import client
+
+    address = node.testbed.addresses[node.name]
+    for path, text in {**cluster.node_files(node.name), **files(address)}.items():
+        node.put(path, text.encode(), 0o600)
+    node.put(KUBELET_BIN, Path(cluster.binaries["kubelet"]).read_bytes(), 0o755)
+    started = time.monotonic()
+    node.ok("systemctl daemon-reload && systemctl enable --now kubelet")
+    core = client.CoreV1Api(cluster.client())
+
+    def pod_cidr() -> str | None:
+        found = [n.spec.pod_cidr for n in core.list_node().items if n.metadata.name == node.name]
+        return found[0] if found else None
+
+    cidr = wait_for(f"the node {node.name} registered with a pod CIDR", pod_cidr)
+    node.put(CNI_CONFIG, cni_conflist(cidr).encode(), 0o644)
+    wait_for(f"the node {node.name} Ready", lambda: node_ready(core, node.name), ready_timeout_s)
+    return {"kubelet_to_ready_s": round(time.monotonic() - started, 1)}

@@ -568,43 +568,23 @@ def joined(
     for folder in cni_bin_dirs(dump):
         if folder != "/usr/lib/cni":
             node.ok(f"mkdir -p {folder} && ln -sf /usr/lib/cni/* {folder}/")
-    for archive in (
-        images.pause_archive(sandbox_image(dump)),
-        images.shell_archive(SHELL_IMAGE),
-    ):
-        node.put("/root/image.tar", archive.read_bytes())
-        node.ok("ctr -n k8s.io images import /root/image.tar >/dev/null && rm /root/image.tar")
+    kubelet.import_images(
+        node, [images.pause_archive(sandbox_image(dump)), images.shell_archive(SHELL_IMAGE)]
+    )
     started = time.monotonic()
     cluster = controlplane.start(
         tmp_path_factory.mktemp(f"cluster-{node.suite}"), address=node.testbed.bridge_address
     )
     try:
         timings = {"control_plane_s": time.monotonic() - started}
-        address = node.testbed.addresses[node.name]
-        for path, text in {**cluster.node_files(node.name), **kubelet.files(address)}.items():
-            node.put(path, text.encode(), 0o600)
-        node.put(kubelet.KUBELET_BIN, Path(cluster.binaries["kubelet"]).read_bytes(), 0o755)
-        started = time.monotonic()
-        node.ok("systemctl daemon-reload && systemctl enable --now kubelet")
+        timings.update(kubelet.join(node, cluster))
         from kubernetes import client
 
         core = client.CoreV1Api(cluster.client())
-        pod_cidr = wait_for(
-            "the node registered with a pod CIDR",
-            lambda: next((n.spec.pod_cidr for n in core.list_node().items), None),
-        )
-        node.put(kubelet.CNI_CONFIG, kubelet.cni_conflist(pod_cidr).encode(), 0o644)
-        wait_for("the node Ready", lambda: node_ready(core, node.name), timeout_s=120)
-        timings["kubelet_to_ready_s"] = time.monotonic() - started
         yield {"cluster": cluster, "core": core, "timings": timings, "host": host_sysctls}
     finally:
         node.ssh("systemctl disable --now kubelet")
         cluster.stop()
-
-
-def node_ready(core: Any, name: str) -> bool:
-    conditions = core.read_node(name).status.conditions or []
-    return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
 def test_a_real_kubelet_joins_on_the_wired_runtime_and_the_node_is_ready(

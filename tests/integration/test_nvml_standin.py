@@ -323,41 +323,22 @@ def joined(
     node.ok(NODE_SETUP)
     dump = tomllib.loads(node.ok("containerd config dump"))
     sandbox = dump["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"]
-    for archive in (images.pause_archive(sandbox), images.shell_archive(SHELL_IMAGE)):
-        node.put("/root/image.tar", archive.read_bytes())
-        node.ok("ctr -n k8s.io images import /root/image.tar >/dev/null && rm /root/image.tar")
+    kubelet.import_images(node, [images.pause_archive(sandbox), images.shell_archive(SHELL_IMAGE)])
     node.put(NODE_LIBRARY, Path(built["library"]).read_bytes())
     node.put(NODE_DATA, capture_to_data.convert(XML / PLUGIN_CAPTURE).encode())
     node.put(NODE_PLUGIN, Path(built["bin"]["nvidia-device-plugin"]).read_bytes(), 0o755)
     cluster = controlplane.start(tmp_path_factory.mktemp("cluster"), address=testbed.bridge_address)
     try:
-        address = testbed.addresses[node.name]
-        for path, text in {**cluster.node_files(node.name), **kubelet.files(address)}.items():
-            node.put(path, text.encode(), 0o600)
-        node.put(kubelet.KUBELET_BIN, Path(cluster.binaries["kubelet"]).read_bytes(), 0o755)
-        started = time.monotonic()
-        node.ok("systemctl daemon-reload && systemctl enable --now kubelet")
+        timings = kubelet.join(node, cluster)
         from kubernetes import client
 
         core = client.CoreV1Api(cluster.client())
-        pod_cidr = wait_for(
-            "the node registered with a pod CIDR",
-            lambda: next((n.spec.pod_cidr for n in core.list_node().items), None),
-        )
-        node.put(kubelet.CNI_CONFIG, kubelet.cni_conflist(pod_cidr).encode())
-        wait_for("the node Ready", lambda: node_ready(core, node.name), timeout_s=120)
-        timings = {"kubelet_to_ready_s": round(time.monotonic() - started, 1)}
         yield {"cluster": cluster, "core": core, "node": node, "timings": timings}
     finally:
         node.ssh(f"systemctl stop {PLUGIN_UNIT}; systemctl disable --now kubelet")
         cluster.stop()
         if os.environ.get("KUBEGPU_TESTBED_REUSE") != "1":
             down(config.state_dir)
-
-
-def node_ready(core: Any, name: str) -> bool:
-    conditions = core.read_node(name).status.conditions or []
-    return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
 def allocatable_gpus(core: Any, name: str) -> int:
