@@ -1,5 +1,5 @@
 """GPU tenancy on the test cluster's real control plane (tests/cluster), and `kubegpu smoke`
-against the test API server (tests/apiserver).
+on it and against the test API server (tests/apiserver).
 
 Real for tenancy: the gpu_tenancy role, run by ansible-playbook through playbooks/tenants.yml,
 applying with kubernetes.core's server-side apply to kube-apiserver 1.37 built from Kubernetes'
@@ -8,9 +8,12 @@ tenants' pods, and kube-controller-manager's namespace, service-account and quot
 Played by the test: the node that advertises MIG slices (a kubelet's registration; no kubelet
 runs there).
 
-Real for smoke: `kubegpu smoke`'s submission, polling, log reading and cleanup through the
-Kubernetes Python client. Simulated, because the test API server runs no controllers and no
-kubelets (the smoke test moves to the cluster once kubelets run there):
+Real for smoke on the control plane (no node): `kubegpu smoke`'s submission, polling and cleanup
+through the Kubernetes Python client, RuntimeClass admission, the Job controller creating the
+smoke pod and the scheduler finding no node for it (the timeout), and the API's refusal of an
+unknown namespace.
+
+The passing and failing smoke runs still use the test API server, where the test plays:
 - the Job controller: the test creates the smoke Job's pod from the Job's template;
 - the kubelet: the test sets the pod's phase through the status subresource, and writes the
   pod's log into the annotation the test server serves as the pod's log. Those log lines are
@@ -710,18 +713,49 @@ def test_smoke_fails_with_the_pods_last_lines(smoke_server: KubeAPIServer) -> No
     _nothing_left(server, result)
 
 
-@pytest.mark.apiserver
-def test_smoke_times_out_without_a_pod_and_still_cleans_up(smoke_server: KubeAPIServer) -> None:
-    server = smoke_server
-    result = _smoke(server, "alpha", timeout_s=2)
-    assert result.outcome == "timeout"
-    assert "no pod was created for the Job" in result.detail
-    _nothing_left(server, result)
+SMOKE_NAMESPACE = "smoke"
 
 
-@pytest.mark.apiserver
-def test_smoke_in_a_missing_namespace_reports_the_api_error(smoke_server: KubeAPIServer) -> None:
-    result = _smoke(smoke_server, "no-such-namespace", timeout_s=5)
+@pytest.fixture(scope="module")
+def smoke_cluster(kube_cluster: KubeCluster) -> KubeCluster:
+    """The real control plane with no node, the namespace the smoke Jobs run in and the
+    RuntimeClass `nvidia` the smoke pod names (RuntimeClass admission refuses a pod whose class
+    does not exist)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core, *_ = api(kube_cluster)
+    node = client.NodeV1Api(kube_cluster.client())
+    for create, body in (
+        (core.create_namespace, {"metadata": {"name": SMOKE_NAMESPACE}}),
+        (node.create_runtime_class, {"metadata": {"name": "nvidia"}, "handler": "nvidia"}),
+    ):
+        try:
+            create(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    return kube_cluster
+
+
+@pytest.mark.cluster
+def test_smoke_times_out_on_an_unschedulable_pod_and_still_cleans_up(
+    smoke_cluster: KubeCluster,
+) -> None:
+    """The real Job controller creates the pod; the real scheduler finds no node with a GPU:
+    the smoke check gives up naming the scheduler's reason, and deletes the Job and its pod."""
+    result = _smoke(smoke_cluster, SMOKE_NAMESPACE, timeout_s=8)
+    assert result.outcome == "timeout", result
+    assert result.detail.startswith(f"gave up waiting: pod {result.job}-"), result.detail
+    assert " Pending; unschedulable: " in result.detail, result.detail
+    assert result.detail.endswith("unschedulable: no nodes available to schedule pods")
+    assert f"Job {SMOKE_NAMESPACE}/{result.job}" in result.deleted
+    _nothing_left(smoke_cluster, result)
+
+
+@pytest.mark.cluster
+def test_smoke_in_a_missing_namespace_reports_the_api_error(smoke_cluster: KubeCluster) -> None:
+    result = _smoke(smoke_cluster, "no-such-namespace", timeout_s=5)
     assert result.outcome == "failed"
     assert "API error" in result.detail and "no-such-namespace" in result.detail
     assert result.deleted == ()
