@@ -4,7 +4,8 @@
   release go.mod pins, compiled static with the flags of its Makefile (`-Os -static`, the
   version of its TAG), the sandbox every pod starts with;
 - shell: Debian's `busybox-static` (downloaded with apt-get, the machine's own sources), its
-  binary and a link per applet, for pods that run a command.
+  binary and a link per applet, for pods that run a command; the same with extra files on top
+  for a test's stand-in (e.g. the smoke check's TEST DOUBLE of the PyTorch image).
 
 Each is written as an OCI image layout archive (one uncompressed layer, amd64/linux) that
 `ctr -n k8s.io images import` loads under the image name given; the archives are cached under
@@ -135,8 +136,14 @@ def pause_archive(name: str, cache: Path = Path(DEFAULT_CACHE)) -> Path:
     )
 
 
-def shell_archive(name: str, cache: Path = Path(DEFAULT_CACHE)) -> Path:
-    """Debian's busybox-static with a link per applet, as an archive named ``name``."""
+def shell_archive(
+    name: str,
+    cache: Path = Path(DEFAULT_CACHE),
+    extra: dict[str, tuple[bytes, int]] | None = None,
+) -> Path:
+    """Debian's busybox-static with a link per applet, and ``extra`` files (path in the image
+    without the leading slash: content and mode), as an archive named ``name``."""
+    extra = extra or {}
     folder = cache / "images"
     folder.mkdir(parents=True, exist_ok=True)
     debs = sorted(folder.glob("busybox-static_*.deb"))
@@ -149,7 +156,10 @@ def shell_archive(name: str, cache: Path = Path(DEFAULT_CACHE)) -> Path:
         )
         debs = sorted(folder.glob("busybox-static_*.deb"))
     deb = debs[-1]
-    key = hashlib.sha256(deb.name.encode() + name.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(deb.name.encode() + name.encode())
+    for path, (content, mode) in sorted(extra.items()):
+        digest.update(f"{path}:{mode}:".encode() + hashlib.sha256(content).digest())
+    key = digest.hexdigest()[:16]
     archive = folder / f"shell-{key}.tar"
     if archive.is_file():
         return archive
@@ -160,7 +170,7 @@ def shell_archive(name: str, cache: Path = Path(DEFAULT_CACHE)) -> Path:
             [str(busybox), "--list"], check=True, capture_output=True, text=True
         ).stdout.split()
         layer = _layer(
-            {"bin/busybox": (busybox.read_bytes(), 0o755)},
+            {"bin/busybox": (busybox.read_bytes(), 0o755), **extra},
             {f"bin/{a}": "busybox" for a in applets if a != "busybox"},
         )
     return write_oci_archive(archive, name, layer, {"Cmd": ["/bin/sh"], "Env": ["PATH=/bin"]})

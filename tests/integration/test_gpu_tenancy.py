@@ -1,5 +1,4 @@
-"""GPU tenancy on the test cluster's real control plane (tests/cluster), and `kubegpu smoke`
-on it and against the test API server (tests/apiserver).
+"""GPU tenancy and `kubegpu smoke` on the test cluster (tests/cluster).
 
 Real for tenancy: the gpu_tenancy role, run by ansible-playbook through playbooks/tenants.yml,
 applying with kubernetes.core's server-side apply to kube-apiserver 1.37 built from Kubernetes'
@@ -8,18 +7,15 @@ tenants' pods, and kube-controller-manager's namespace, service-account and quot
 Played by the test: the node that advertises MIG slices (a kubelet's registration; no kubelet
 runs there).
 
-Real for smoke on the control plane (no node): `kubegpu smoke`'s submission, polling and cleanup
-through the Kubernetes Python client, RuntimeClass admission, the Job controller creating the
-smoke pod and the scheduler finding no node for it (the timeout), and the API's refusal of an
-unknown namespace.
-
-The passing and failing smoke runs still use the test API server, where the test plays:
-- the Job controller: the test creates the smoke Job's pod from the Job's template;
-- the kubelet: the test sets the pod's phase through the status subresource, and writes the
-  pod's log into the annotation the test server serves as the pod's log. Those log lines are
-  the ones the training script prints (the same format strings), written by the test: no GPU
-  and no PyTorch run here;
-- the namespace controller: a deleted namespace stays Terminating, which counts as deleted.
+Real for smoke: `kubegpu smoke`'s submission, polling, log reading and cleanup through the
+Kubernetes Python client; on the control plane alone, RuntimeClass admission, the Job
+controller creating the pod and the scheduler finding no node for it (the timeout), and the
+API's refusal of an unknown namespace; on a testbed node joined by a real kubelet, with
+NVIDIA's device plugin v0.19.0 on the NVML TEST DOUBLE advertising a captured GPU, the Job
+scheduled, run by containerd and its pod's log read through the API server. Doubles there: the
+NVML library (tests/nvml) and the image, a TEST DOUBLE of the PyTorch one (busybox whose
+`python` prints what it was given and a verdict line; no GPU and no PyTorch run here, and no
+recorded output of the training script exists, so nothing of a real run is imitated).
 """
 
 from __future__ import annotations
@@ -27,8 +23,8 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import threading
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -41,14 +37,22 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy_setting
 from ansible_collections.kubegpu.gpu.plugins.module_utils.k8s_values import parse_quantity
 
 from kubegpu import smoke
-from tests.apiserver.fixture import KubeAPIServer
+from tests.cluster import images, kubelet
 from tests.cluster.controlplane import KubeCluster
 from tests.integration import ansible_json
+from tests.integration.test_nvml_standin import (  # noqa: F401 - built and joined are fixtures
+    PLUGIN_CAPTURE,
+    XML,
+    allocatable_gpus,
+    built,
+    joined,
+    start_plugin,
+    xml_value,
+)
+from tests.processes import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = REPO / "playbooks" / "tenants.yml"
-# The test server returns this annotation as the pod's log (tests/apiserver registry.go).
-LOG_ANNOTATION = "apiserver.kubegpu.test/log"
 
 ALPHA = {
     "name": "alpha",
@@ -537,112 +541,6 @@ def test_pruning_removes_only_what_kubegpu_made(applied: dict[str, Any]) -> None
 # --- kubegpu smoke -------------------------------------------------------------------------------
 
 
-class PlayControllers(threading.Thread):
-    """Plays the Job controller and the kubelet for the smoke Job (SIMULATED, see the module doc).
-
-    Waits for the smoke Job, creates its pod from the template as the Job controller would,
-    then moves the pod to Running and to `phase` as the kubelet would, with `log` as its log.
-    """
-
-    def __init__(self, server: Any, namespace: str, phase: str, log: str, exit_code: int) -> None:
-        super().__init__(daemon=True)
-        self.core, _, _, self.batch = api(server)
-        self.namespace, self.phase, self.log, self.exit_code = namespace, phase, log, exit_code
-        self.error: BaseException | None = None
-        self.pod_name = ""
-
-    def run(self) -> None:
-        try:
-            self._play()
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-    def _play(self) -> None:
-        deadline = time.monotonic() + 60
-        job = None
-        while job is None:
-            items = raw(
-                self.batch.list_namespaced_job,
-                self.namespace,
-                label_selector="app.kubernetes.io/component=smoke",
-            )["items"]
-            job = items[0] if items else None
-            if job is None:
-                assert time.monotonic() < deadline, "no smoke Job appeared"
-                time.sleep(0.2)
-        name = job["metadata"]["name"]
-        template = job["spec"]["template"]
-        self.pod_name = f"{name}-x7k2p"
-        labels = dict(template["metadata"]["labels"])
-        labels.update({"batch.kubernetes.io/job-name": name, "job-name": name})
-        self.core.create_namespaced_pod(
-            self.namespace,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": self.pod_name,
-                    "labels": labels,
-                    "annotations": {
-                        "batch.kubernetes.io/job-completion-index": "0",
-                        LOG_ANNOTATION: self.log,
-                    },
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "batch/v1",
-                            "kind": "Job",
-                            "name": name,
-                            "uid": job["metadata"]["uid"],
-                            "controller": True,
-                            "blockOwnerDeletion": True,
-                        }
-                    ],
-                },
-                "spec": template["spec"],
-            },
-        )
-        time.sleep(0.5)
-        self._status({"phase": "Running"})
-        time.sleep(0.5)
-        self._status(
-            {
-                "phase": self.phase,
-                "containerStatuses": [
-                    {
-                        "name": "train",
-                        "image": template["spec"]["containers"][0]["image"],
-                        "imageID": "",
-                        "ready": False,
-                        "restartCount": 0,
-                        "state": {
-                            "terminated": {
-                                "exitCode": self.exit_code,
-                                "reason": "Completed" if self.exit_code == 0 else "Error",
-                            }
-                        },
-                    }
-                ],
-            }
-        )
-
-    def _status(self, status: dict[str, Any]) -> None:
-        self.core.patch_namespaced_pod_status(self.pod_name, self.namespace, {"status": status})
-
-
-@pytest.fixture(scope="module")
-def smoke_server(kube_apiserver: KubeAPIServer) -> KubeAPIServer:
-    """The test API server with the namespace the smoke Jobs run in."""
-    from kubernetes.client.exceptions import ApiException
-
-    core, *_ = api(kube_apiserver)
-    try:
-        core.create_namespace({"metadata": {"name": "alpha"}})
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-    return kube_apiserver
-
-
 def _smoke(server: Any, namespace: str, **kwargs: Any) -> smoke.SmokeResult:
     progress: list[str] = []
     result = smoke.run_smoke(
@@ -667,50 +565,6 @@ def _nothing_left(server: Any, result: smoke.SmokeResult) -> None:
     )["items"]
     assert pods == []
     assert result.cleanup_errors == ()
-
-
-@pytest.mark.apiserver
-def test_smoke_passes_when_the_pod_succeeds_with_the_pass_line(smoke_server: KubeAPIServer) -> None:
-    server = smoke_server
-    # What the training script prints on a GPU (its format strings), written by the test.
-    log = "\n".join(
-        [
-            "W1201 12:00:00 some warning from a library",
-            "KUBEGPU-TRAIN PASS rank=0/1 gpu='NVIDIA H100 80GB HBM3' steps=50 loss 2.3811 -> "
-            "0.0213 in 1.07s torch=2.7.1+cu128",
-        ]
-    )
-    player = PlayControllers(server, "alpha", "Succeeded", log, 0)
-    player.start()
-    result = _smoke(server, "alpha", timeout_s=60)
-    player.join(10)
-    assert player.error is None, player.error
-    assert result.outcome == "passed", result
-    assert result.detail.startswith("KUBEGPU-TRAIN PASS rank=0/1")
-    assert result.log_tail[-1] == result.detail
-    _nothing_left(server, result)
-    assert f"Job alpha/{result.job}" in result.deleted
-
-
-@pytest.mark.apiserver
-def test_smoke_fails_with_the_pods_last_lines(smoke_server: KubeAPIServer) -> None:
-    server = smoke_server
-    log = "\n".join(
-        [
-            "Traceback (most recent call last):",
-            '  File "/workload/train.py", line 33, in <module>',
-            "torch.AcceleratorError: CUDA error: no kernel image is available for execution",
-        ]
-    )
-    player = PlayControllers(server, "alpha", "Failed", log, 1)
-    player.start()
-    result = _smoke(server, "alpha", timeout_s=60, log_lines=2)
-    player.join(10)
-    assert player.error is None, player.error
-    assert result.outcome == "failed"
-    assert "exited 1" in result.detail
-    assert result.log_tail == tuple(log.splitlines()[-2:])
-    _nothing_left(server, result)
 
 
 SMOKE_NAMESPACE = "smoke"
@@ -759,6 +613,109 @@ def test_smoke_in_a_missing_namespace_reports_the_api_error(smoke_cluster: KubeC
     assert result.outcome == "failed"
     assert "API error" in result.detail and "no-such-namespace" in result.detail
     assert result.deleted == ()
+
+
+# The smoke check on a node joined by a real kubelet, NVIDIA's device plugin on the NVML double
+# advertising the capture's GPU (tests/integration/test_nvml_standin.py's node). The image is a
+# TEST DOUBLE of the PyTorch image: busybox with `python` a shell script. No recorded output of
+# kubegpu's training script on a GPU exists, so the double's output is minimal: what it was
+# given (the script the Job mounted, the GPU the device plugin allocated) and one verdict line
+# in the script's `KUBEGPU-TRAIN <PASS|FAIL> rank=<r>/<n>` form, saying that nothing trained.
+SMOKE_DOUBLE = "registry.kubegpu.test/kubegpu-smoke-test-double"
+DOUBLE_GIVEN = """#!/bin/sh
+# kubegpu smoke TEST DOUBLE of `python /workload/train.py`: no GPU, no PyTorch here.
+test -f "$1" || { echo "KUBEGPU-TRAIN FAIL rank=0/1 test double: $1 not mounted"; exit 1; }
+echo "kubegpu-smoke-test-double: $1 $(wc -c < "$1") bytes, GPU $NVIDIA_VISIBLE_DEVICES"
+"""
+DOUBLES = {
+    "pass": DOUBLE_GIVEN + 'echo "KUBEGPU-TRAIN PASS rank=0/1 test double: nothing trained"\n',
+    "fail": DOUBLE_GIVEN
+    + 'echo "warning: test double fails on purpose" >&2\n'
+    + 'echo "KUBEGPU-TRAIN FAIL rank=0/1 test double: nothing trained"\nexit 1\n',
+}
+# The operator's settings for this node: two shared cores, and no RuntimeClass `nvidia` (the
+# node's containerd is Debian's, without NVIDIA's runtime; the plugin's Allocate still sets
+# NVIDIA_VISIBLE_DEVICES, which the double prints).
+SMOKE_VARIABLES = {
+    "gpu_tenancy_workload_runtime_class": "",
+    "gpu_tenancy_workload_cpu": "500m",
+    "gpu_tenancy_workload_memory": "256Mi",
+    "gpu_tenancy_workload_shm_size": "64Mi",
+}
+
+
+@pytest.fixture(scope="module")
+def gpu_node(joined: dict[str, Any]) -> dict[str, Any]:  # noqa: F811 - the fixture
+    """The joined node with allocatable nvidia.com/gpu, the doubles imported, the namespace."""
+    node, core = joined["node"], joined["core"]
+    kubelet.import_images(
+        node,
+        [
+            images.shell_archive(f"{SMOKE_DOUBLE}:{tag}", extra={"bin/python": (s.encode(), 0o755)})
+            for tag, s in DOUBLES.items()
+        ],
+    )
+    start_plugin(node)
+    wait_for("allocatable nvidia.com/gpu", lambda: allocatable_gpus(core, node.name) or None)
+    core.create_namespace({"metadata": {"name": SMOKE_NAMESPACE}})
+    return joined
+
+
+def _smoke_on_node(gpu_node: dict[str, Any], tag: str, **kwargs: Any) -> smoke.SmokeResult:
+    cluster = gpu_node["cluster"]
+    result = smoke.run_smoke(
+        smoke.Target(kubeconfig=cluster.kubeconfig, variables=SMOKE_VARIABLES),
+        namespace=SMOKE_NAMESPACE,
+        image=f"{SMOKE_DOUBLE}:{tag}",
+        api_client=cluster.client(),
+        poll_s=0.5,
+        timeout_s=120,
+        **kwargs,
+    )
+    # The kubelet finishes the deletions smoke asked for.
+    core, *_ = api(cluster)
+    wait_for(
+        "the smoke pods deleted by the kubelet",
+        lambda: (
+            not core.list_namespaced_pod(
+                SMOKE_NAMESPACE, label_selector=f"batch.kubernetes.io/job-name={result.job}"
+            ).items
+        ),
+    )
+    _nothing_left(cluster, result)
+    return result
+
+
+def _double_given_line() -> str:
+    """The double's first line: the mounted script's size and the capture's GPU."""
+    tenancy = smoke.settings(SMOKE_VARIABLES)
+    script = smoke.content_module("training").render_smoke(tenancy, SMOKE_NAMESPACE, "x")[0]
+    size = len(script["data"]["train.py"].encode())
+    uuid = xml_value(ET.parse(XML / PLUGIN_CAPTURE).getroot(), "gpu/uuid")
+    return f"kubegpu-smoke-test-double: /workload/train.py {size} bytes, GPU {uuid}"
+
+
+@pytest.mark.cluster
+def test_smoke_passes_when_the_pod_succeeds_with_the_pass_line(gpu_node: dict[str, Any]) -> None:
+    """The Job controller, the scheduler (allocatable nvidia.com/gpu from NVIDIA's plugin on the
+    NVML double), the kubelet and containerd run the smoke Job; the TEST DOUBLE image prints."""
+    result = _smoke_on_node(gpu_node, "pass")
+    assert result.outcome == "passed", result
+    assert result.detail == "KUBEGPU-TRAIN PASS rank=0/1 test double: nothing trained"
+    assert result.log_tail == (_double_given_line(), result.detail)
+    assert f"Job {SMOKE_NAMESPACE}/{result.job}" in result.deleted
+
+
+@pytest.mark.cluster
+def test_smoke_fails_with_the_pods_last_lines(gpu_node: dict[str, Any]) -> None:
+    result = _smoke_on_node(gpu_node, "fail", log_lines=2)
+    assert result.outcome == "failed", result
+    assert "train exited 1 (Error)" in result.detail, result.detail
+    # The pod's log through the API server (the kubelet's), stdout and stderr as they came.
+    assert result.log_tail == (
+        "warning: test double fails on purpose",
+        "KUBEGPU-TRAIN FAIL rank=0/1 test double: nothing trained",
+    )
 
 
 # --- dashboards and alerting rules ---------------------------------------------------------------
