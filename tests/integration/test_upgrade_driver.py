@@ -1,4 +1,6 @@
-"""playbooks/upgrade_driver.yml on testbed nodes, against the test Kubernetes API server.
+"""playbooks/upgrade_driver.yml on testbed nodes, against the test Kubernetes API server, and
+gpu_node_maintenance's drain blocked by a budget on the real test cluster (tests/cluster): a
+node joined by a real kubelet, the budget's status computed by the real disruption controller.
 
 The nodes are real (systemd-nspawn, over SSH) and so is the API machinery (etcd, watch,
 merge patch, the Eviction subresource). What cannot exist here is stood in for and said so:
@@ -13,6 +15,7 @@ order with serial, drain through evictions, readiness gate, records, failure and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -24,13 +27,21 @@ from typing import Any
 import pytest
 
 from tests.integration import ansible_json
+from tests.integration.test_nvml_standin import (  # noqa: F401 - built and joined are fixtures
+    SHELL_IMAGE,
+    allocatable_gpus,
+    built,
+    joined,
+    start_plugin,
+)
+from tests.processes import wait_for
 
 try:
     from tests.apiserver.fixture import kube_apiserver  # noqa: F401 - the session fixture
 except ImportError:  # pragma: no cover - the server is built by another part
     pytest.skip("tests/apiserver/fixture.py is not available", allow_module_level=True)
 
-pytestmark = [pytest.mark.integration, pytest.mark.apiserver, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ANNOTATION = "kubegpu.io/driver-upgrade"
 REPO = Path(__file__).resolve().parents[2]
@@ -152,6 +163,7 @@ SETTINGS = {
 }
 
 
+@pytest.mark.apiserver
 def test_rolling_upgrade_cordons_one_at_a_time_skips_foreign_cordons_and_keeps_failures(
     testbed: Any, kube_apiserver: Any, tmp_path: Path
 ) -> None:
@@ -279,42 +291,74 @@ def _module(
     return data["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 
+@pytest.mark.cluster
 def test_module_check_mode_and_a_drain_blocked_by_a_budget(
-    kube_apiserver: Any, ansible_bin: Path
+    joined: dict[str, Any],  # noqa: F811 - the fixture
+    ansible_bin: Path,
 ) -> None:
+    """On a node joined by a real kubelet (NVIDIA's device plugin on the NVML double making its
+    GPU allocatable): a GPU pod runs there, its budget's status is the real disruption
+    controller's, and the drain's eviction is refused by the API server's eviction rules."""
     from kubernetes import client
 
-    api = kube_apiserver.client()
-    core = client.CoreV1Api(api)
-    name = "maint-pdb"
-    core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
-    core.create_namespaced_pod("default", _pod("guarded", name, gpu=True))
-    core.patch_namespaced_pod_status("guarded", "default", {"status": {"phase": "Running"}})
-    policy = client.PolicyV1Api(api)
-    policy.create_namespaced_pod_disruption_budget(
-        "default",
-        {
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": {"name": "guarded-pdb"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
-        },
-    )
-    # Playing the disruption controller: the budget allows no disruption now.
-    policy.patch_namespaced_pod_disruption_budget_status(
-        "guarded-pdb",
-        "default",
-        {
-            "status": {
-                "observedGeneration": 1,
-                "disruptionsAllowed": 0,
-                "currentHealthy": 1,
-                "desiredHealthy": 1,
-                "expectedPods": 1,
-            }
-        },
-    )
-    kubeconfig = kube_apiserver.kubeconfig
+    cluster, core, node = joined["cluster"], joined["core"], joined["node"]
+    name = node.name
+    start_plugin(node)
+    wait_for("allocatable nvidia.com/gpu", lambda: allocatable_gpus(core, name) or None)
+    container = {
+        "name": "main",
+        "image": SHELL_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["sleep", "600"],
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+    }
+    pod = {"metadata": {"name": "guarded", "labels": {"app": "guarded"}}}
+    core.create_namespaced_pod("default", {**pod, "spec": {"containers": [container]}})
+    policy = client.PolicyV1Api(cluster.client())
+    try:
+        wait_for(
+            "the guarded pod running on the node",
+            lambda: (
+                (p := core.read_namespaced_pod("guarded", "default")).status.phase == "Running"
+                and p.spec.node_name == name
+            ),
+            timeout_s=120,
+        )
+        policy.create_namespaced_pod_disruption_budget(
+            "default",
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "guarded-pdb"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+            },
+        )
+
+        def computed() -> Any:
+            budget = policy.read_namespaced_pod_disruption_budget("guarded-pdb", "default")
+            status = budget.status
+            if status is None or status.observed_generation != budget.metadata.generation:
+                return None
+            return status if status.expected_pods == 1 and status.current_healthy == 1 else None
+
+        status = wait_for("the disruption controller's status of the budget", computed)
+        assert (status.desired_healthy, status.disruptions_allowed) == (1, 0), status
+        _module_drain_blocked(cluster.kubeconfig, ansible_bin, core, name)
+    finally:
+        core.patch_node(name, {"spec": {"unschedulable": None}})
+        with contextlib.suppress(Exception):
+            policy.delete_namespaced_pod_disruption_budget("guarded-pdb", "default")
+        core.delete_namespaced_pod("guarded", "default", grace_period_seconds=0)
+        wait_for(
+            "the guarded pod gone",
+            lambda: (
+                "guarded"
+                not in {p.metadata.name for p in core.list_namespaced_pod("default").items}
+            ),
+        )
+
+
+def _module_drain_blocked(kubeconfig: Path, ansible_bin: Path, core: Any, name: str) -> None:
     record = {"state": "in_progress", "phase": "cordoned", "target_version": "580.95.05"}
 
     # Check mode: says what would change, changes nothing.
@@ -339,8 +383,10 @@ def test_module_check_mode_and_a_drain_blocked_by_a_budget(
     assert "budget default/guarded-pdb" in blocked["msg"]
     left = core.read_namespaced_pod("guarded", "default")
     assert left.metadata.deletion_timestamp is None
+    assert left.status.phase == "Running"
 
 
+@pytest.mark.apiserver
 def test_serial_two_upgrades_two_nodes_at_a_time(
     testbed: Any, kube_apiserver: Any, tmp_path: Path
 ) -> None:
