@@ -216,6 +216,8 @@ def test_gpu_cluster_deploys_nfd_and_gfd_may_publish_through_it(
     second = run_playbook("gpu_cluster.yml", kubeconfig, tmp_path, NFD_SETTINGS)
     assert second["rc"] == 0, second["failures"] or second["raw"][-3000:]
     assert second["stats"]["changed"] == 0, second["raw"][-5000:]
+    checked = run_playbook("gpu_cluster.yml", kubeconfig, tmp_path, NFD_SETTINGS, check=True)
+    assert checked["rc"] == 0 and checked["stats"]["changed"] == 0, checked["raw"][-5000:]
 
     for name in cm.NFD_CRDS.values():
         wait_for(f"CRD {name} Established", lambda n=name: _crd_established(ext, n))
