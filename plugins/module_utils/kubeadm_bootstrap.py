@@ -274,3 +274,13 @@ def join_documents(settings, node_name, node_ip, endpoint, token, ca_cert_hash):
         "nodeRegistration": _node_registration(settings, node_name, node_ip),
     }
     return [join]
+
+
+def parse_join_command(text):
+    """(token, CA public key hash) from `kubeadm token create --print-join-command`; None when
+    either is missing. The token is a secret: never put it in a message."""
+    token = re.search(r"--token\s+([a-z0-9]{6}\.[a-z0-9]{16})\b", str(text))
+    ca_hash = re.search(r"--discovery-token-ca-cert-hash\s+(sha256:[0-9a-f]{64})\b", str(text))
+    if not token or not ca_hash:
+        return None
+    return token.group(1), ca_hash.group(1)

@@ -56,6 +56,11 @@ options:
   ca_cert_hash:
     description: C(sha256:<hex>) of the cluster CA's public key (O(mode=join)).
     type: str
+  join_command:
+    description:
+      - The output of C(kubeadm token create --print-join-command), instead of O(token) and
+        O(ca_cert_hash) (O(mode=join)).
+    type: str
   path:
     description: Where the configuration goes.
     type: path
@@ -99,6 +104,11 @@ systemd_cgroup:
   description: containerd's SystemdCgroup for the runtime pods use, and where it was read.
   type: dict
   returned: always
+cni_bin_dirs:
+  description: The folders containerd looks for CNI plugins in.
+  type: list
+  elements: str
+  returned: when containerd was read
 path:
   description: The configuration file (absent with O(mode=check)).
   type: str
@@ -123,25 +133,35 @@ def render(documents):
     return "".join("---\n" + json.dumps(doc, indent=2) + "\n" for doc in documents)
 
 
+def cni_bin_dirs(cri):
+    """Where containerd's CRI plugin looks for CNI plugins (bin_dir on 1.x, bin_dirs on 2.x)."""
+    cni = cri.get("cni") or {}
+    found = cni.get("bin_dirs") or ([cni["bin_dir"]] if cni.get("bin_dir") else [])
+    return list(found) or ["/opt/cni/bin"]
+
+
 def read_systemd_cgroup(module, containerd, config):
-    """containerd's SystemdCgroup for the runtime the kubelet's pods use."""
+    """containerd's SystemdCgroup for the runtime the kubelet's pods use, and its CNI plugin
+    folders."""
     binary = module.get_bin_path(containerd) if "/" not in containerd else containerd
     if not binary or not os.path.exists(binary):
-        return None, "no containerd on this host (%s)" % containerd
+        return None, "no containerd on this host (%s)" % containerd, []
     env = {"LC_ALL": "C"}
     rc, out, err = module.run_command([binary, "--version"], environ_update=env)
     if rc != 0:
-        return None, "`containerd --version` failed: %s" % (err or out).strip()
+        return None, "`containerd --version` failed: %s" % (err or out).strip(), []
     version = ctd.parse_containerd_version(out)
     rc, out, err = module.run_command(
         [binary] + (["--config", config] if os.path.exists(config) else []) + ["config", "dump"],
         environ_update=env,
     )
     if rc != 0:
-        return None, "`containerd config dump` failed: %s" % (err or out).strip()
+        return None, "`containerd config dump` failed: %s" % (err or out).strip(), []
     plugin = "io.containerd.cri.v1.runtime" if version[0] >= 2 else "io.containerd.grpc.v1.cri"
     effective = ctd.toml_loads(out, "containerd config dump")
-    return ctd.source_systemd_cgroup(effective, _Schema(plugin), ""), None
+    schema = _Schema(plugin)
+    dirs = cni_bin_dirs(ctd.effective_cri(effective, schema))
+    return ctd.source_systemd_cgroup(effective, schema, ""), None, dirs
 
 
 ARGUMENT_SPEC = dict(
@@ -152,6 +172,7 @@ ARGUMENT_SPEC = dict(
     endpoint=dict(type="str"),
     token=dict(type="str", no_log=True),
     ca_cert_hash=dict(type="str"),
+    join_command=dict(type="str", no_log=True),
     path=dict(type="path", default="/etc/kubernetes/kubegpu-kubeadm.yaml"),
     containerd=dict(type="str", default="containerd"),
     containerd_config=dict(type="path", default="/etc/containerd/config.toml"),
@@ -164,14 +185,14 @@ def main():
         argument_spec=ARGUMENT_SPEC,
         required_if=[
             ("mode", "init", ("node_name", "node_ip", "endpoint")),
-            ("mode", "join", ("node_name", "node_ip", "endpoint", "token", "ca_cert_hash")),
+            ("mode", "join", ("node_name", "node_ip", "endpoint")),
         ],
         supports_check_mode=True,
     )
     p = module.params
     settings = p["settings"]
     problems = list(kb.validate(settings))
-    found, missing = read_systemd_cgroup(module, p["containerd"], p["containerd_config"])
+    found, missing, cni_dirs = read_systemd_cgroup(module, p["containerd"], p["containerd_config"])
     systemd_cgroup = {}
     if missing:
         problems.append(
@@ -186,7 +207,9 @@ def main():
         if mismatch:
             problems.append(mismatch)
     joined = os.path.exists(p["kubelet_conf"])
-    result = dict(changed=False, joined=joined, systemd_cgroup=systemd_cgroup)
+    result = dict(
+        changed=False, joined=joined, systemd_cgroup=systemd_cgroup, cni_bin_dirs=cni_dirs
+    )
     if problems:
         module.fail_json(msg="\n".join(problems), problems=problems, **result)
     if p["mode"] == "check" or (p["mode"] == "join" and joined):
@@ -195,8 +218,22 @@ def main():
         documents = kb.init_documents(settings, p["node_name"], p["node_ip"], p["endpoint"])
         mode = 0o644
     else:
+        token, ca_hash = p["token"], p["ca_cert_hash"]
+        if p["join_command"]:
+            parsed = kb.parse_join_command(p["join_command"])
+            if parsed is None:
+                module.fail_json(
+                    msg="join_command holds no --token and --discovery-token-ca-cert-hash (the"
+                    " output of kubeadm token create --print-join-command was expected)",
+                    **result,
+                )
+            token, ca_hash = parsed
+        if not token or not ca_hash:
+            module.fail_json(
+                msg="mode=join needs token and ca_cert_hash, or join_command", **result
+            )
         documents = kb.join_documents(
-            settings, p["node_name"], p["node_ip"], p["endpoint"], p["token"], p["ca_cert_hash"]
+            settings, p["node_name"], p["node_ip"], p["endpoint"], token, ca_hash
         )
         mode = 0o600
     after = render(documents)

@@ -315,3 +315,15 @@ def test_bad_input_stops_the_run_before_any_host_is_contacted(
     assert len(result["input_problems"]) == 1, result["input_problems"]
     assert result["input_problems"][0].startswith(expected)
     assert set(result["hosts"]) == {"localhost"}
+
+
+def test_the_join_command_gives_token_and_ca_hash() -> None:
+    """The shape of `kubeadm token create --print-join-command`."""
+    ca_hash = "sha256:" + "ab" * 32
+    text = f"kubeadm join 10.213.83.2:6443 --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash {ca_hash} \n"
+    assert kb.parse_join_command(text) == ("abcdef.0123456789abcdef", ca_hash)
+    assert (
+        kb.parse_join_command("kubeadm join 10.213.83.2:6443 --token abcdef.0123456789abcdef")
+        is None
+    )
+    assert kb.parse_join_command("") is None

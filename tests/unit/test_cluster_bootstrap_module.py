@@ -61,6 +61,8 @@ def test_check_reads_containerd_and_writes_nothing(repo_root: Path, tmp_path: Pa
         "value": True,
         "where": "runtimes.runc.options.SystemdCgroup",
     }
+    # Where this containerd looks for CNI plugins (Debian's: /usr/lib/cni), for the bridge CNI.
+    assert result["cni_bin_dirs"] and all(d.startswith("/") for d in result["cni_bin_dirs"])
     assert not (tmp_path / "kubeadm.yaml").exists()
 
 
