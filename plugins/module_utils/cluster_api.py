@@ -106,6 +106,8 @@ KINDS = {
         "servicemonitors",
         True,
     ),
+    ("resource.k8s.io/v1", "DeviceClass"): ("/apis/resource.k8s.io/v1", "deviceclasses", False),
+    ("resource.k8s.io/v1", "ResourceSlice"): ("/apis/resource.k8s.io/v1", "resourceslices", False),
 }
 
 

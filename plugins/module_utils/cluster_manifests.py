@@ -145,6 +145,35 @@ NFD_SECURITY_CONTEXT = {
     "readOnlyRootFilesystem": True,
     "runAsNonRoot": True,
 }
+# NVIDIA's DRA driver for GPUs (driver name gpu.nvidia.com), as NVIDIA's deployment names its
+# objects. Its DeviceClasses select the driver's devices by their type attribute; tenant quotas
+# (tenancy_settings.DRA_GPU_CLASSES) cap claims by the same class names.
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_KUBELET_PLUGIN_NAME = "nvidia-dra-driver-kubelet-plugin"
+DRA_SERVICE_ACCOUNT = "nvidia-dra-driver-kubeletplugin"
+DRA_CLUSTER_ROLE_NAME = "kubegpu-nvidia-dra-driver-kubeletplugin"
+DRA_NODE_LABEL_VALUE = "true"
+DRA_DEVICE_CLASSES = {
+    "gpu.nvidia.com": "device.driver == '%s' && device.attributes['%s'].type == 'gpu'"
+    % (DRA_DRIVER, DRA_DRIVER),
+    "mig.nvidia.com": "device.driver == '%s' && device.attributes['%s'].type == 'mig'"
+    % (DRA_DRIVER, DRA_DRIVER),
+}
+# The kubelet plugin: its node's ResourceSlices, the claims it prepares, the pods holding them.
+DRA_KUBELET_PLUGIN_RULES = [
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceslices"],
+        "verbs": ["get", "list", "watch", "create", "update", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+]
 CONTROL_PLANE_TOLERATION = {
     "key": "node-role.kubernetes.io/control-plane",
     "operator": "Exists",
@@ -282,15 +311,30 @@ def _tolerations(config):
 NFD_NVIDIA_PCI_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 
 
-def _gpu_node_affinity(config):
+def _gpu_node_affinity(config, dra=None):
+    """GPU nodes: NFD's label or gpu_node_label, ORed. dra (with gpu_cluster_allocation dra):
+    True adds to every term that the node carries dra_node_label=true (the DRA kubelet plugin),
+    False that it does not (the device plugin and the MPS daemon), so no node matches both."""
     terms = [(config["gpu_node_label"], config["gpu_node_label_value"])]
     if config["gpu_node_label"] != NFD_NVIDIA_PCI_LABEL:
         terms.insert(0, (NFD_NVIDIA_PCI_LABEL, "true"))
+    extra = []
+    if dra is not None and config["allocation"] == "dra":
+        extra.append(
+            {
+                "key": config["dra_node_label"],
+                "operator": "In" if dra else "NotIn",
+                "values": [DRA_NODE_LABEL_VALUE],
+            }
+        )
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}
+                    {
+                        "matchExpressions": [{"key": key, "operator": "In", "values": [value]}]
+                        + [dict(e) for e in extra]
+                    }
                     for key, value in terms
                 ],
             },
@@ -362,14 +406,15 @@ def _render(templates, name, values):
     return fill(_template(templates, name), values)
 
 
-def _daemonset_values(config, name, component, version, image):
-    """The values every DaemonSet template takes: its labels, where it runs, its image."""
+def _daemonset_values(config, name, component, version, image, dra=None):
+    """The values every DaemonSet template takes: its labels, where it runs, its image
+    (dra: on DRA nodes only, never on them, or either, as _gpu_node_affinity)."""
     runtime_class = config["components_use_runtime_class"] and config["runtime_class_enabled"]
     return {
         "labels": _labels(name, component, version),
         "namespace": config["namespace"],
         "tolerations": _tolerations(config),
-        "affinity": _gpu_node_affinity(config),
+        "affinity": _gpu_node_affinity(config, dra),
         "runtime_class_name": config["runtime_class_name"] if runtime_class else None,
         "image_pull_secrets": [{"name": s} for s in config["image_pull_secrets"]],
         "image": image_ref(config, image),
@@ -392,8 +437,14 @@ def _config_reader_values(config, templates, name):
     ConfigMap, or the config-manager's init container and sidecar where named configs exist)
     and whether a config uses MIG."""
     component, prefix, process = _CONFIG_READERS[name]
+    # The device plugin and the MPS daemon allocate GPUs: never on DRA nodes. GFD only labels.
     values = _daemonset_values(
-        config, name, component, config["device_plugin_version"], "device_plugin"
+        config,
+        name,
+        component,
+        config["device_plugin_version"],
+        "device_plugin",
+        dra=False if name in (DEVICE_PLUGIN_NAME, MPS_NAME) else None,
     )
     config_manager = uses_config_manager(config)
     values.update(
@@ -576,6 +627,40 @@ def nfd_manifests(config, templates):
     return out
 
 
+def dra_manifests(config, templates):
+    """NVIDIA's DRA driver for GPUs: the kubelet plugin's ServiceAccount, RBAC and DaemonSet
+    (on DRA nodes only) and the DeviceClasses its claims name."""
+    version = config["dra_driver_version"]
+    out = [_service_account(config, templates, DRA_SERVICE_ACCOUNT, "dra-kubelet-plugin", version)]
+    out.extend(
+        _cluster_role(
+            config,
+            templates,
+            DRA_CLUSTER_ROLE_NAME,
+            DRA_KUBELET_PLUGIN_RULES,
+            DRA_SERVICE_ACCOUNT,
+            "dra-kubelet-plugin",
+            version,
+        )
+    )
+    for name, expression in sorted(DRA_DEVICE_CLASSES.items()):
+        values = {
+            "name": name,
+            "labels": _labels(name, "dra-deviceclass"),
+            "expression": expression,
+        }
+        out.append(_render(templates, "dra-deviceclass", values))
+    values = _daemonset_values(
+        config, DRA_KUBELET_PLUGIN_NAME, "dra-kubelet-plugin", version, "dra_driver", dra=True
+    )
+    values.update(
+        driver_root=config["driver_root"],
+        resources=_container_resources(config["dra_driver_resources"]),
+    )
+    out.append(_render(templates, "dra-kubelet-plugin-daemonset", values))
+    return out
+
+
 def _service_account(config, templates, name, component, version):
     values = {
         "name": name,
@@ -672,6 +757,8 @@ def render_manifests(config, templates, capabilities=None):
             out.append(_mps_daemonset(config, templates))
     if config["gfd_enabled"]:
         out.append(_gfd_daemonset(config, templates))
+    if config["allocation"] == "dra":
+        out.extend(dra_manifests(config, templates))
     if config["dcgm_exporter_enabled"]:
         dcgm_version = config["dcgm_exporter_version"]
         labels = _labels(DCGM_NAME, "dcgm-exporter", dcgm_version)

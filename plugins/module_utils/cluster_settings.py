@@ -49,12 +49,21 @@ SHARING_STRATEGIES = ("none", "time-slicing", "mps")
 # node-feature-discovery: deployed by kubegpu, one already in the cluster, or none (GFD then
 # writes its labels as a file for an NFD worker to read, as before NodeFeature objects).
 NFD_MODES = ("deploy", "existing", "none")
+# How the GPUs of a node are allocated: NVIDIA's device plugin (extended resources) or NVIDIA's
+# DRA driver for GPUs (ResourceClaims), per node group: with "dra" the nodes labelled
+# dra_node_label=true get the DRA kubelet plugin and never the device plugin, the others the
+# device plugin as before.
+ALLOCATIONS = ("device-plugin", "dra")
+# resource.k8s.io/v1 (DeviceClass, ResourceClaim, ResourceSlice) is served from this release on.
+DRA_KUBERNETES = "1.34"
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 GPU_RESOURCE = "nvidia.com/gpu"
 # The device plugin release whose behaviour the checks below follow.
 DEVICE_PLUGIN_RELEASE = "v0.20.0"
 SHARED_SUFFIX = ".shared"
+# node-feature-discovery's label of a node with an NVIDIA PCI device.
+NFD_NVIDIA_PCI_LABEL_NAME = "feature.node.kubernetes.io/pci-10de.present"
 
 # The public interface of role gpu_cluster, without the prefix. defaults/main.yml holds the same
 # values (a unit test keeps the two in step).
@@ -117,6 +126,12 @@ DEFAULTS = {
     "dcgm_exporter_service_monitor": True,
     "dcgm_exporter_service_monitor_interval": "15s",
     "dcgm_exporter_service_monitor_labels": {},
+    "allocation": "device-plugin",
+    "dra_node_label": "nvidia.com/gpu.deploy.dra-driver",
+    "dra_driver_image": "nvidia/dra-driver-nvidia-gpu",
+    "dra_driver_version": "v0.5.0",
+    "dra_driver_digest": "sha256:9b46984c0eb18def60e2b9817b874275f4b5b08d12d491de4f1a7b91b51d706c",
+    "dra_driver_resources": {},
     "quotas": [],
     "node_labels": {},
     "node_taints": {},
@@ -515,7 +530,7 @@ def validate_config(config):
     if not isinstance(secrets, list) or not all(is_dns_subdomain(s) for s in secrets):
         errors.add("image_pull_secrets", "%r is not a list of Secret names" % (secrets,))
     nfd_registry = _normalize_registry(errors, cfg, "nfd_image_registry")
-    for component in ("device_plugin", "dcgm_exporter", "nfd"):
+    for component in ("device_plugin", "dcgm_exporter", "nfd", "dra_driver"):
         registry_of = nfd_registry if component == "nfd" else registry
         image, version, digest = (
             cfg[component + "_image"],
@@ -545,7 +560,7 @@ def validate_config(config):
             errors.add(
                 component + "_digest", "%r is not empty or sha256:<64 hex digits>" % (digest,)
             )
-    for component in ("device_plugin", "gfd", "dcgm_exporter"):
+    for component in ("device_plugin", "gfd", "dcgm_exporter", "dra_driver"):
         _check_resources_block(errors, component + "_resources", cfg[component + "_resources"])
 
     error = qualified_name_error(cfg["gpu_node_label"])
@@ -684,6 +699,7 @@ def validate_config(config):
         errors, "dcgm_exporter_service_monitor_labels", cfg["dcgm_exporter_service_monitor_labels"]
     )
 
+    _check_allocation(errors, cfg)
     cfg["quotas"] = _normalize_quotas(errors, cfg["quotas"], configs.get(default_name))
     _check_node_labels(errors, cfg["node_labels"])
     cfg["node_taints"] = _normalize_node_taints(errors, cfg["node_taints"])
@@ -692,6 +708,44 @@ def validate_config(config):
         if item not in unique:
             unique.append(item)
     return cfg, unique
+
+
+def _check_allocation(errors, cfg):
+    """gpu_cluster_allocation and what it makes meaningless: with dra and no device plugin, the
+    device plugin's MIG strategy and sharing settings configure nothing (the DRA driver serves
+    MIG devices through DeviceClass mig.nvidia.com and shares GPUs per claim)."""
+    allocation = cfg["allocation"]
+    if allocation not in ALLOCATIONS:
+        errors.add(
+            "allocation", "%r is not allowed; allowed: %s" % (allocation, ", ".join(ALLOCATIONS))
+        )
+        return
+    error = qualified_name_error(cfg["dra_node_label"])
+    if error:
+        errors.add("dra_node_label", error)
+    elif cfg["dra_node_label"] in (cfg["gpu_node_label"], NFD_NVIDIA_PCI_LABEL_NAME):
+        errors.add(
+            "dra_node_label",
+            "%r is the label every GPU node carries; name a label only the DRA nodes carry "
+            "(e.g. nvidia.com/gpu.deploy.dra-driver)" % (cfg["dra_node_label"],),
+        )
+    if allocation != "dra" or cfg["device_plugin_enabled"] is not False:
+        return
+    for key in NODE_CONFIG_KEYS:
+        if key in ("mig_strategy", "sharing") and cfg[key] != DEFAULTS[key]:
+            errors.add(
+                key,
+                "%r configures NVIDIA's device plugin, which gpu_cluster_allocation dra with "
+                "gpu_cluster_device_plugin_enabled false does not run; DRA nodes get MIG devices "
+                "through DeviceClass mig.nvidia.com and share GPUs per ResourceClaim: remove it"
+                % (cfg[key],),
+            )
+    if cfg["device_plugin_configs"]:
+        errors.add(
+            "device_plugin_configs",
+            "named device plugin configs are set while the device plugin does not run "
+            "(gpu_cluster_allocation dra, gpu_cluster_device_plugin_enabled false): remove them",
+        )
 
 
 def _normalize_registry(errors, cfg, var):

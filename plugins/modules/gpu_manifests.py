@@ -187,7 +187,10 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_nodes import (
     node_patch,
     node_reset_patch,
 )
-from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_settings import validate_config
+from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_settings import (
+    DRA_KUBERNETES,
+    validate_config,
+)
 
 # Deletion order: dependents first, the namespace last.
 DELETE_ORDER = (
@@ -205,10 +208,13 @@ DELETE_ORDER = (
     ("rbac.authorization.k8s.io/v1", "ClusterRole"),
     ("v1", "ServiceAccount"),
     ("node.k8s.io/v1", "RuntimeClass"),
+    ("resource.k8s.io/v1", "DeviceClass"),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
     ("v1", "Namespace"),
 )
 CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+# The DRA API gpu_cluster_allocation dra needs (its DeviceClasses), by group version and plural.
+DRA_API = ("resource.k8s.io/v1", "deviceclasses")
 
 
 def _ref_key(ref):
@@ -217,9 +223,12 @@ def _ref_key(ref):
 
 def owned_objects(api, service_monitor_api, crd_api=True):
     """Every object with kubegpu's labels, in deletion order (kinds the server serves)."""
+    dra_api = api.has_resource(*DRA_API)
     found = []
     for api_version, kind in DELETE_ORDER:
         if kind == "ServiceMonitor" and not service_monitor_api:
+            continue
+        if kind == "DeviceClass" and not dra_api:
             continue
         if (api_version, kind) == CRD and not crd_api:
             continue
@@ -510,6 +519,19 @@ def main():
     try:
         service_monitor_api = api.has_resource("monitoring.coreos.com/v1", "servicemonitors")
         crd_api = api.has_resource("apiextensions.k8s.io/v1", "customresourcedefinitions")
+        if (
+            params["state"] == "present"
+            and config["allocation"] == "dra"
+            and not api.has_resource(*DRA_API)
+        ):
+            module.fail_json(
+                msg="gpu_cluster_allocation: dra needs the API server to serve resource.k8s.io/v1 "
+                "(DeviceClass, ResourceClaim, ResourceSlice), which Kubernetes %s and later "
+                "serve; this API server is %s: upgrade the control plane or set "
+                "gpu_cluster_allocation: device-plugin"
+                % (DRA_KUBERNETES, version.get("gitVersion")),
+                errors=[],
+            )
         if params["state"] == "present":
             plan = plan_present(module, api, config, templates, service_monitor_api, crd_api)
         else:

@@ -905,7 +905,8 @@ def test_every_template_is_rendered_and_names_the_objects_as_the_constants_do() 
             used.add(name)
             return super().__getitem__(name)
 
-    normalized, errors = cs.validate_config(CONFIGS["named_configs_quotas"])
+    # DRA on the node groups labelled for it, so that its objects render too.
+    normalized, errors = cs.validate_config(dict(CONFIGS["named_configs_quotas"], allocation="dra"))
     assert errors == []
     caps = {"service_monitor": True, "create_namespace": True}
     manifests = cm.render_manifests(normalized, Recording(TEMPLATES), caps)
@@ -919,15 +920,23 @@ def test_every_template_is_rendered_and_names_the_objects_as_the_constants_do() 
         ("LimitRange", cm.LIMIT_RANGE_NAME),
         *(
             ("DaemonSet", n)
-            for n in (cm.DEVICE_PLUGIN_NAME, cm.GFD_NAME, cm.MPS_NAME, cm.DCGM_NAME)
+            for n in (
+                cm.DEVICE_PLUGIN_NAME,
+                cm.GFD_NAME,
+                cm.MPS_NAME,
+                cm.DCGM_NAME,
+                cm.DRA_KUBELET_PLUGIN_NAME,
+            )
         ),
+        ("ServiceAccount", cm.DRA_SERVICE_ACCOUNT),
+        *(("DeviceClass", n) for n in cm.DRA_DEVICE_CLASSES),
     ]:
         assert (kind, name) in names
     for ds in by_kind(manifests, "DaemonSet"):
         pod = ds["spec"]["template"]
         assert ds["metadata"]["labels"]["app.kubernetes.io/name"] == ds["metadata"]["name"]
         assert ds["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
-        if ds["metadata"]["name"] != cm.DCGM_NAME:
+        if ds["metadata"]["name"] not in (cm.DCGM_NAME, cm.DRA_KUBELET_PLUGIN_NAME):
             assert cm.CONFIG_CHECKSUM_ANNOTATION in pod["metadata"]["annotations"]
 
 

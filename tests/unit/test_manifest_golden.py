@@ -87,6 +87,17 @@ CLUSTER_CASES: dict[str, tuple[dict[str, Any], dict[str, bool]]] = {
         },
         {"service_monitor": True},
     ),
+    # DRA on the node groups labelled for it (NVIDIA's DRA driver, its DeviceClasses), the device
+    # plugin with MPS sharing on the other GPU nodes: both DaemonSets' affinities exclude each
+    # other's nodes.
+    "dra": (
+        {
+            "allocation": "dra",
+            "sharing": {"strategy": "mps", "replicas": 2},
+            "dra_driver_resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+        },
+        {},
+    ),
     # MIG (mixed) through CDI as the default, with named per-node configs: an MPS-shared pool and
     # a MIG-single pool, so the config-manager sidecars, their RBAC and the MPS daemon render.
     "mig-mixed": (
