@@ -113,12 +113,20 @@ def _truthy(value):
     return bool(value)
 
 
+def _switched_on(variables, entry):
+    """A `when` entry: a variable that is true, or var=value (a choice variable set so)."""
+    name, sep, value = entry.partition("=")
+    if sep:
+        return str(variables.get(name)) == value
+    return _truthy(variables.get(name))
+
+
 def wanted_images(manifest, variables):
     """[{name, reference, upstream, digest, platforms, used_by}] of the images the variables
     switch on, each as the cluster pulls it (the inventory's registry, path, tag and digest)."""
     images = []
     for image in manifest["images"]:
-        if image["when"] and not any(_truthy(variables.get(v)) for v in image["when"]):
+        if image["when"] and not any(_switched_on(variables, v) for v in image["when"]):
             continue
         settings = image["settings"]
         if "ref" in settings:
