@@ -102,10 +102,12 @@ def render_examples(variables: Mapping[str, Any] | None = None) -> dict[str, str
     """{relative path: text} of every example manifest and dashboard file.
 
     Tenants' objects go to examples/tenants/<name>.yaml, the workloads (in the first tenant's
-    namespace, asking for its GPU products where it names them) to examples/workloads/, the
+    namespace, asking for its GPU products where it names them; the dra-* ones through
+    ResourceClaims) to examples/workloads/, the
     Grafana dashboard, its ConfigMap and the PrometheusRule to dashboards/.
     """
     tenancy, training = content_module("tenancy"), content_module("training")
+    dra = content_module("dra_workloads")
     monitoring = content_module("gpu_monitoring")
     s = settings(variables)
     tenants: list[dict[str, Any]] = list(s["tenants"])
@@ -116,6 +118,9 @@ def render_examples(variables: Mapping[str, Any] | None = None) -> dict[str, str
             tenancy.render_tenant(s, tenant)
         )
     for name, manifests in training.render_workloads(s, namespace).items():
+        files[f"examples/workloads/{name}.yaml"] = dump_manifests(manifests)
+    # The same training on GPUs allocated through DRA (gpu_cluster_allocation: dra).
+    for name, manifests in dra.render_dra_workloads(s, namespace).items():
         files[f"examples/workloads/{name}.yaml"] = dump_manifests(manifests)
     products = tenants[0]["gpu_products"] if tenants else []
     files["examples/workloads/pytorch-smoke.yaml"] = dump_manifests(

@@ -24,6 +24,7 @@ import pytest
 import yaml
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_manifests as cm
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_settings as cs
+from ansible_collections.kubegpu.gpu.plugins.module_utils import dra_workloads as dra
 from ansible_collections.kubegpu.gpu.plugins.module_utils import gpu_monitoring as mon
 from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy as t
 from ansible_collections.kubegpu.gpu.plugins.module_utils import tenancy_settings as ts
@@ -237,7 +238,9 @@ def render_tenants(case: str) -> str:
 def render_workloads(case: str) -> str:
     settings = tenancy_settings(case)
     namespace = settings["tenants"][0]["name"]
-    return dump([m for ms in tr.render_workloads(settings, namespace).values() for m in ms])
+    workloads = dict(tr.render_workloads(settings, namespace))
+    workloads.update(dra.render_dra_workloads(settings, namespace))
+    return dump([m for ms in workloads.values() for m in ms])
 
 
 def render_smoke(case: str) -> str:
