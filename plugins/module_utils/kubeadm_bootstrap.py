@@ -254,6 +254,8 @@ def init_documents(settings, node_name, node_ip, endpoint):
     skip = list(settings.get("skip_phases") or [])
     if skip:
         init["skipPhases"] = skip
+    if settings.get("timeouts"):
+        init["timeouts"] = dict(settings["timeouts"])
     return [init, cluster_configuration(settings, endpoint), kubelet_configuration(settings)]
 
 
@@ -270,7 +272,7 @@ def join_documents(settings, node_name, node_ip, endpoint, token, ca_cert_hash):
                 "caCertHashes": [ca_cert_hash],
             },
         },
-        "timeouts": {"discovery": "5m0s"},
+        "timeouts": dict({"discovery": "5m0s"}, **(settings.get("timeouts") or {})),
         "nodeRegistration": _node_registration(settings, node_name, node_ip),
     }
     return [join]

@@ -37,6 +37,10 @@ from kubegpu.testbed import kubernetes_repo as kr
 from kubegpu.testbed.config import DEFAULT_BRIDGE, DEFAULT_PREFIX, DEFAULT_SUBNET, default_state_dir
 from tests.cluster import build, images
 from tests.integration import ansible_json
+
+# restrict_oom_score_adj in containerd's main config (a node has no CAP_SYS_RESOURCE), as the
+# runtime suites set it.
+from tests.integration.test_container_runtime_suites import RESTRICT_OOM
 from tests.processes import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.slow]
@@ -59,20 +63,6 @@ RUNTIME_PLAY = """
       vars:
         container_runtime_install: true
         container_runtime_type: containerd
-"""
-# restrict_oom_score_adj in containerd's main config (a node has no CAP_SYS_RESOURCE).
-RESTRICT_OOM = r"""
-import pathlib, re
-path = pathlib.Path("/etc/containerd/config.toml")
-text = path.read_text()
-if "restrict_oom_score_adj" in text:
-    text = text.replace("restrict_oom_score_adj = false", "restrict_oom_score_adj = true")
-else:
-    header = re.search(
-        r"^( *)\[plugins\.[\"'](io\.containerd\.grpc\.v1\.cri|io\.containerd\.cri\.v1\.runtime)[\"']\] *$",
-        text, re.M)
-    text = text[:header.end()] + "\n" + header.group(1) + "  restrict_oom_score_adj = true" + text[header.end():]
-path.write_text(text)
 """
 
 
@@ -234,6 +224,11 @@ def bootstrapped(bare: TestbedState, tmp_path_factory: pytest.TempPathFactory) -
         # No CoreDNS or kube-proxy image can be built here from the build's programs.
         "cluster_bootstrap_skip_phases": ["addon/coredns", "addon/kube-proxy"],
         "cluster_bootstrap_kubeconfig_path": str(tmp / "admin.conf"),
+        # Two shared cores: the API server may answer slower than kubeadm's default minute.
+        "cluster_bootstrap_kubeadm_timeouts": {
+            "kubernetesAPICall": "5m0s",
+            "controlPlaneComponentHealthCheck": "8m0s",
+        },
     }
     # The images kubeadm asks for, from its own list for this configuration.
     from ansible_collections.kubegpu.gpu.plugins.module_utils import kubeadm_bootstrap as kb

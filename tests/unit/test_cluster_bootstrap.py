@@ -327,3 +327,12 @@ def test_the_join_command_gives_token_and_ca_hash() -> None:
         is None
     )
     assert kb.parse_join_command("") is None
+
+
+def test_kubeadm_timeouts_go_to_init_and_join() -> None:
+    settings = dict(SETTINGS, timeouts={"kubernetesAPICall": "5m0s"})
+    init = kb.init_documents(settings, "cp1", "192.0.2.10", "192.0.2.10:6443")[0]
+    assert init["timeouts"] == {"kubernetesAPICall": "5m0s"}
+    (join,) = kb.join_documents(settings, "n1", "192.0.2.21", "192.0.2.10:6443", "t", "h")
+    assert join["timeouts"] == {"discovery": "5m0s", "kubernetesAPICall": "5m0s"}
+    assert "timeouts" not in kb.init_documents(SETTINGS, "cp1", "192.0.2.10", "e:6443")[0]

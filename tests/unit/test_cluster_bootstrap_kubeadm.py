@@ -31,6 +31,7 @@ SETTINGS = dict(
     ignore_preflight_errors=["Swap"],
     skip_phases=["addon/coredns"],
     image_repository="mirror.example.internal:5000/k8s",
+    timeouts={"kubernetesAPICall": "5m0s", "controlPlaneComponentHealthCheck": "8m0s"},
 )
 
 
