@@ -614,6 +614,82 @@ def check_runtime_class(node, runtime_class, name, handler):
     return make_check("runtime_class", LAYER_CLUSTER, "pass", observed, expected)
 
 
+# NVIDIA's DRA driver for GPUs: its driver name in ResourceSlices, its kubelet plugin's pods.
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_PLUGIN_COMPONENT = "DRA kubelet plugin"
+DRA_PLUGIN_SELECTOR = "app.kubernetes.io/name=nvidia-dra-driver-kubelet-plugin"
+
+
+def _device_type(device):
+    """A ResourceSlice device's type attribute (the driver's own, unqualified or qualified)."""
+    attributes = device.get("attributes") or {}
+    value = attributes.get("type") or attributes.get(DRA_DRIVER + "/type") or {}
+    return value.get("string")
+
+
+def dra_gpu_devices(slices, node_name):
+    """The names of the whole GPUs that ResourceSlices of driver gpu.nvidia.com publish for
+    node_name, from each pool's newest generation only (older ones are being replaced)."""
+    newest = {}
+    for item in slices or []:
+        spec = item.get("spec") or {}
+        if spec.get("driver") != DRA_DRIVER or spec.get("nodeName") != node_name:
+            continue
+        pool = spec.get("pool") or {}
+        generation = pool.get("generation") or 0
+        name = pool.get("name")
+        if generation > newest.get(name, -1):
+            newest[name] = generation
+    names = []
+    for item in slices or []:
+        spec = item.get("spec") or {}
+        pool = spec.get("pool") or {}
+        if (
+            spec.get("driver") != DRA_DRIVER
+            or spec.get("nodeName") != node_name
+            or (pool.get("generation") or 0) != newest.get(pool.get("name"))
+        ):
+            continue
+        names.extend(d.get("name") for d in spec.get("devices") or [] if _device_type(d) == "gpu")
+    return sorted(names)
+
+
+def check_dra_resource_slices(node, slices, expected_gpus, options):
+    """A DRA node's ResourceSlices (driver gpu.nvidia.com) list as many GPUs as the node has."""
+    name = node["metadata"]["name"]
+    gpus = dra_gpu_devices(slices, name)
+    expected = "ResourceSlices of driver %s list %s GPU(s) for this node" % (
+        DRA_DRIVER,
+        "the node's" if expected_gpus is None else expected_gpus,
+    )
+    observed = "%d GPU(s)%s" % (len(gpus), (": " + ", ".join(gpus)) if gpus else "")
+    if gpus and (expected_gpus is None or len(gpus) == expected_gpus):
+        return make_check("dra_resource_slices", LAYER_CLUSTER, "pass", observed, expected)
+    namespace = options.get("namespace", "kube-system")
+    return make_check(
+        "dra_resource_slices",
+        LAYER_CLUSTER,
+        "fail",
+        observed,
+        expected,
+        "The %s pod on this node publishes its GPUs (kubectl -n %s get pods -l %s "
+        "--field-selector spec.nodeName=%s; its logs: kubectl -n %s logs <pod> -c gpus): "
+        "a GPU it does not list cannot be allocated by any ResourceClaim. Check the node's "
+        "driver (nvidia-smi) and restart that pod."
+        % (DRA_PLUGIN_COMPONENT, namespace, DRA_PLUGIN_SELECTOR, name, namespace),
+    )
+
+
+def _skip_on_dra(check):
+    return make_check(
+        check["name"],
+        check["layer"],
+        "skip",
+        "a DRA node: NVIDIA's DRA driver allocates its GPUs, the device plugin does not run",
+        check["expected"],
+    )
+
+
 def evaluate_node(node, view, options):
     """Every check for one node. view: {config: (name, dict, problem), pods: {component: [..]},
     runtime_class: dict or None, smoke: check or None}; options: see the module."""
@@ -668,6 +744,23 @@ def evaluate_node(node, view, options):
             options.get("runtime_class_handler"),
         ),
     ]
+    dra_label = options.get("dra_node_label")
+    if dra_label and labels.get(dra_label) == "true":
+        # gpu_cluster_allocation dra: the device plugin never runs here; the DRA kubelet
+        # plugin does, and the node's GPUs are in ResourceSlices instead of allocatable.
+        dra = view.get("dra") or {}
+        skipped = ("device_plugin_config", "gpu_allocatable", "device_plugin_pod")
+        checks = [_skip_on_dra(c) if c["name"] in skipped else c for c in checks]
+        checks.append(
+            check_component_pod(
+                "dra_kubelet_plugin_pod",
+                DRA_PLUGIN_COMPONENT,
+                dra.get("pods"),
+                True,
+                options,
+            )
+        )
+        checks.append(check_dra_resource_slices(node, dra.get("slices"), expected_gpus, options))
     checks.append(
         view.get("smoke")
         or make_check(

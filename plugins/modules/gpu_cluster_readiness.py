@@ -120,6 +120,15 @@ options:
       - The node label key the GPU DaemonSets select (for remedies).
     type: str
     default: nvidia.com/gpu.present
+  dra_node_label:
+    description:
+      - The node label (value V(true)) of the nodes whose GPUs NVIDIA's DRA driver allocates
+        (role C(kubegpu.gpu.gpu_cluster)'s C(gpu_cluster_dra_node_label)). On those nodes the
+        device plugin checks skip, and the DRA kubelet plugin's pod and the node's
+        ResourceSlices (driver C(gpu.nvidia.com), as many GPUs as the node has) are checked.
+        V("") turns the DRA checks off.
+    type: str
+    default: nvidia.com/gpu.deploy.dra-driver
   smoke_test:
     description:
       - Run the CUDA sample pod on every node checked (skipped in check mode).
@@ -243,6 +252,7 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_api import (
 )
 from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_readiness import (
     DEFAULT_GFD_LABELS,
+    DRA_PLUGIN_SELECTOR,
     LAYER_CLUSTER,
     evaluate_node,
     expected_resources,
@@ -424,6 +434,7 @@ def main():
             runtime_class=dict(type="str", default="nvidia"),
             runtime_class_handler=dict(type="str", default="nvidia"),
             gpu_node_label=dict(type="str", default="nvidia.com/gpu.present"),
+            dra_node_label=dict(type="str", default="nvidia.com/gpu.deploy.dra-driver"),
             smoke_test=dict(type="bool", default=False),
             smoke_test_image=dict(
                 type="str", default="nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
@@ -488,6 +499,17 @@ def main():
                 missing_ok=True,
             )
 
+        # DRA nodes: the kubelet plugin's pods and the ResourceSlices, where any node is one.
+        dra_label = params["dra_node_label"]
+        dra = {"pods": {}, "slices": []}
+        if dra_label and any(
+            ((n.get("metadata") or {}).get("labels") or {}).get(dra_label) == "true" for n in nodes
+        ):
+            dra["pods"] = group_by_node(
+                api.list(object_path("v1", "Pod", namespace=namespace), DRA_PLUGIN_SELECTOR)
+            )
+            if api.has_resource("resource.k8s.io/v1", "resourceslices"):
+                dra["slices"] = api.list(object_path("resource.k8s.io/v1", "ResourceSlice"))
         views, options = {}, {}
         for node in nodes:
             name = node["metadata"]["name"]
@@ -511,8 +533,10 @@ def main():
                     "DCGM exporter": selectors["dcgm_exporter"],
                 },
                 "gpu_node_label": params["gpu_node_label"],
+                "dra_node_label": dra_label,
             }
             views[name] = {
+                "dra": {"pods": dra["pods"].get(name, []), "slices": dra["slices"]},
                 "config": selected,
                 "pods": dict((c, pods[c].get(name, [])) for c in pods),
                 "runtime_class": runtime_class,

@@ -615,3 +615,90 @@ def test_smoke_pod_left_behind_is_reported() -> None:
     pod = {"metadata": {"name": "kubegpu-smoke-x"}, "status": {"phase": "Succeeded"}}
     result = cr.judge_smoke(pod, SAMPLE_LOG, None, "Test PASSED", False, 60, "img", False)
     assert "delete kubegpu-smoke-x by hand" in result["observed"]
+
+
+# --- DRA nodes (gpu_cluster_allocation dra) -------------------------------------------------------
+
+
+def resource_slice(
+    node: str, devices: list[tuple[str, str]], generation: int = 1
+) -> dict[str, Any]:
+    """A ResourceSlice as NVIDIA's DRA driver publishes one per node (driver gpu.nvidia.com, a
+    pool named after the node, devices gpu-<minor> and MIG devices with their type attribute)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.nvidia.com-{generation}"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+            "devices": [
+                {"name": name, "attributes": {"type": {"string": kind}}} for name, kind in devices
+            ],
+        },
+    }
+
+
+def dra_view(
+    node: dict[str, Any], slices: list[dict[str, Any]], plugin: bool = True
+) -> dict[str, Any]:
+    the_view = view(node, None, device_plugin=[])
+    name = node["metadata"]["name"]
+    pods = [running_pod("nvidia-dra-driver-kubelet-plugin-x1y2z", name)] if plugin else []
+    the_view["dra"] = {"pods": pods, "slices": slices}
+    return the_view
+
+
+DRA_LABEL = "nvidia.com/gpu.deploy.dra-driver"
+
+
+def test_a_dra_node_is_ready_when_its_slices_list_its_gpus(
+    real_status: dict[str, Any], real_labels: dict[str, str]
+) -> None:
+    labels = dict(real_labels, **{"nvidia.com/gpu.count": "2", DRA_LABEL: "true"})
+    node = make_node(real_status, labels, name="dra1")
+    slices = [
+        # An older generation of the pool (being replaced) and another node's slice: not counted.
+        resource_slice("dra1", [("gpu-0", "gpu")], generation=1),
+        resource_slice("dra1", [("gpu-0", "gpu"), ("gpu-1", "gpu"), ("gpu-1-mig-9-4-1", "mig")], 2),
+        resource_slice("other", [("gpu-0", "gpu")]),
+    ]
+    report = evaluate(node, dra_view(node, slices), dra_node_label=DRA_LABEL)
+    slices_check = check(report["checks"], "dra_resource_slices")
+    assert slices_check["status"] == "pass", slices_check
+    assert slices_check["observed"] == "2 GPU(s): gpu-0, gpu-1"
+    # The device plugin does not run on a DRA node: its checks skip, the DRA plugin's pod counts.
+    for name in ("device_plugin_config", "gpu_allocatable", "device_plugin_pod"):
+        assert check(report["checks"], name)["status"] == "skip"
+    assert check(report["checks"], "dra_kubelet_plugin_pod")["status"] == "pass"
+
+
+def test_a_dra_node_missing_a_gpu_in_its_slices_fails_naming_the_plugin_pod(
+    real_status: dict[str, Any], real_labels: dict[str, str]
+) -> None:
+    labels = dict(real_labels, **{DRA_LABEL: "true"})
+    node = make_node(real_status, labels, name="dra1")
+    the_view = dra_view(node, [resource_slice("dra1", [("gpu-0", "gpu")])], plugin=False)
+    report = evaluate(node, the_view, dra_node_label=DRA_LABEL, expected_gpus=4)
+    assert report["verdict"] == "not_ready"
+    slices_check = check(report["checks"], "dra_resource_slices")
+    assert slices_check["status"] == "fail"
+    assert "4 GPU(s)" in slices_check["expected"]
+    assert "nvidia-dra-driver-kubelet-plugin" in slices_check["remedy"]
+    assert "spec.nodeName=dra1" in slices_check["remedy"]
+    assert check(report["checks"], "dra_kubelet_plugin_pod")["status"] == "fail"
+    # No slice at all fails too, whatever count is expected.
+    empty = evaluate(node, dra_view(node, []), dra_node_label=DRA_LABEL)
+    assert check(empty["checks"], "dra_resource_slices")["observed"] == "0 GPU(s)"
+    assert check(empty["checks"], "dra_resource_slices")["status"] == "fail"
+
+
+def test_nodes_without_the_dra_label_get_no_dra_checks(
+    real_status: dict[str, Any], real_labels: dict[str, str]
+) -> None:
+    node = make_node(real_status, dict(real_labels, **{"nvidia.com/gpu.count": "4"}), gpus="4")
+    report = evaluate(node, view(node, configmap({})), dra_node_label=DRA_LABEL, expected_gpus=4)
+    names = [c["name"] for c in report["checks"]]
+    assert "dra_resource_slices" not in names and "dra_kubelet_plugin_pod" not in names
+    assert check(report["checks"], "device_plugin_pod")["status"] == "pass"
