@@ -23,6 +23,7 @@ Default layout (each overridable through the environment):
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from kubegpu.testbed import TestbedConfig, TestbedState, down, load_state, up
+from kubegpu.testbed.config import DEFAULT_BRIDGE, DEFAULT_PREFIX, DEFAULT_SUBNET, default_state_dir
 
 DEFAULT_SIMULATED = "node2=telegraf-tesla-t4-515"
 DEFAULT_CONTAINERS = "node3"
@@ -60,6 +62,33 @@ def testbed_config() -> TestbedConfig:
         containers=tuple(rename[n] for n in containers.split(",") if n in rename),
         simulate_gpu=tuple((rename[n], c) for n, c in _pairs(simulate) if n in rename),
         **extra,  # type: ignore[arg-type]
+    )
+
+
+def derived_testbed_config(number: int, name: str, suite: str) -> TestbedConfig:
+    """A one-node testbed beside the session's, which may be up in the same run: bridge
+    <bridge><number>, subnet with the third octet times ten plus ``number`` (never the session's
+    own), prefix <prefix><name>, state <state>-<name>; the node can run containers. Numbers
+    taken: 1 and 2 the runtime suites', 3 the bootstrap's, 4 the NVML double's GPU node."""
+    bridge = os.environ.get("KUBEGPU_TESTBED_BRIDGE", DEFAULT_BRIDGE) + str(number)
+    base = ipaddress.ip_network(os.environ.get("KUBEGPU_TESTBED_SUBNET", DEFAULT_SUBNET))
+    octets = str(base.network_address).split(".")
+    third = int(octets[2]) * 10 + number
+    if base.prefixlen != 24 or third > 255 or len(bridge) > 15:
+        pytest.skip(
+            f"cannot derive testbed {name} from bridge {bridge[: -len(str(number))]} and subnet "
+            f"{base}: needs a /24 with a third octet of at most {(255 - number) // 10} and a "
+            f"bridge name of at most {15 - len(str(number))} characters"
+        )
+    prefix = os.environ.get("KUBEGPU_TESTBED_PREFIX", DEFAULT_PREFIX) + name
+    return TestbedConfig(
+        nodes=1,
+        name_prefix=prefix,
+        subnet=".".join([*octets[:2], str(third), "0"]) + "/24",
+        bridge=bridge,
+        suite=suite,
+        state_dir=Path(f"{default_state_dir()}-{name}"),
+        containers=(f"{prefix}1",),
     )
 
 

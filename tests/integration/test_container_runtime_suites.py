@@ -41,10 +41,11 @@ import pytest
 from ansible_collections.kubegpu.gpu.plugins.module_utils import kubelet as kubelet_rules
 
 from kubegpu.testbed import TestbedConfig, TestbedState, down, up
-from kubegpu.testbed.config import DEFAULT_BRIDGE, DEFAULT_PREFIX, DEFAULT_SUBNET, default_state_dir
+from kubegpu.testbed.config import DEFAULT_BRIDGE, DEFAULT_SUBNET
 from kubegpu.testbed.nodes import FAKED_SYSCTLS as FAKED
 from tests import registry
 from tests.cluster import controlplane, images, kubelet
+from tests.integration.conftest import derived_testbed_config
 from tests.processes import wait_for
 
 pytestmark = [pytest.mark.integration]
@@ -77,28 +78,7 @@ def suite_config(suite: str) -> TestbedConfig:
     session's own); prefix rt -> rttrixie, rtsid; state /run/x -> /run/x-trixie.
     """
     number, node_suite, _, _ = SUITES[suite]
-    bridge = os.environ.get("KUBEGPU_TESTBED_BRIDGE", DEFAULT_BRIDGE) + str(number)
-    base = ipaddress.ip_network(os.environ.get("KUBEGPU_TESTBED_SUBNET", DEFAULT_SUBNET))
-    octets = str(base.network_address).split(".")
-    third = int(octets[2]) * 10 + number
-    if base.prefixlen != 24 or third > 255 or len(bridge) > 15:
-        pytest.skip(
-            f"cannot derive a {suite} testbed from bridge {bridge[:-1]} and subnet {base}: "
-            "needs a /24 with a third octet of at most 24 and a bridge name of at most 14 "
-            "characters"
-        )
-    subnet = ".".join([*octets[:2], str(third), "0"]) + "/24"
-    prefix = os.environ.get("KUBEGPU_TESTBED_PREFIX", DEFAULT_PREFIX) + suite
-    state = Path(str(default_state_dir()) + "-" + suite)
-    return TestbedConfig(
-        nodes=1,
-        name_prefix=prefix,
-        subnet=subnet,
-        bridge=bridge,
-        suite=node_suite,
-        state_dir=state,
-        containers=(f"{prefix}1",),
-    )
+    return derived_testbed_config(number, suite, node_suite)
 
 
 def test_suite_testbeds_are_derived_from_the_session_and_never_collide_with_it(

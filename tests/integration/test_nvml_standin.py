@@ -36,8 +36,8 @@ import yaml
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_readiness
 
 from kubegpu.testbed import TestbedConfig, TestbedState, down, up
-from kubegpu.testbed.config import DEFAULT_BRIDGE, DEFAULT_PREFIX, DEFAULT_SUBNET, default_state_dir
 from tests.cluster import controlplane, images, kubelet
+from tests.integration.conftest import derived_testbed_config
 from tests.nvml import capture_to_data
 from tests.processes import wait_for
 
@@ -269,18 +269,8 @@ sharing:
 
 
 def plugin_testbed_config() -> TestbedConfig:
-    """One trixie node that can run containers, on the session's bridge, subnet, prefix and
-    state folder (the KUBEGPU_TESTBED_* variables)."""
-    prefix = os.environ.get("KUBEGPU_TESTBED_PREFIX", DEFAULT_PREFIX)
-    return TestbedConfig(
-        nodes=1,
-        name_prefix=prefix,
-        subnet=os.environ.get("KUBEGPU_TESTBED_SUBNET", DEFAULT_SUBNET),
-        bridge=os.environ.get("KUBEGPU_TESTBED_BRIDGE", DEFAULT_BRIDGE),
-        suite="trixie",
-        state_dir=default_state_dir(),
-        containers=(f"{prefix}1",),
-    )
+    """One trixie node that can run containers, in a testbed of its own beside the session's."""
+    return derived_testbed_config(4, "gpu", "trixie")
 
 
 class Node:
