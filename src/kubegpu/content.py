@@ -16,7 +16,9 @@ PLAYBOOKS = {
 # The layers of site.yml, by their tags, in the order it runs them.
 LAYER_TAGS = (
     "preflight",
+    "bootstrap",
     "driver",
+    "mig",
     "cuda",
     "toolkit",
     "runtime",
