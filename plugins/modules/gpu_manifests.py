@@ -217,6 +217,19 @@ CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 DRA_API = ("resource.k8s.io/v1", "deviceclasses")
 
 
+def dra_api_problem(config, dra_api, version):
+    """Why gpu_cluster_allocation dra cannot be applied to this API server, or None."""
+    if config["allocation"] != "dra" or dra_api:
+        return None
+    return (
+        "gpu_cluster_allocation: dra needs the API server to serve resource.k8s.io/v1 "
+        "(DeviceClass, ResourceClaim, ResourceSlice), which Kubernetes %s and later serve; "
+        "this API server is %s: upgrade the control plane or set gpu_cluster_allocation: "
+        "device-plugin"
+        % (DRA_KUBERNETES, (version or {}).get("gitVersion") or "of unknown version")
+    )
+
+
 def _ref_key(ref):
     return (ref["apiVersion"], ref["kind"], ref.get("namespace") or "", ref["name"])
 
@@ -519,19 +532,10 @@ def main():
     try:
         service_monitor_api = api.has_resource("monitoring.coreos.com/v1", "servicemonitors")
         crd_api = api.has_resource("apiextensions.k8s.io/v1", "customresourcedefinitions")
-        if (
-            params["state"] == "present"
-            and config["allocation"] == "dra"
-            and not api.has_resource(*DRA_API)
-        ):
-            module.fail_json(
-                msg="gpu_cluster_allocation: dra needs the API server to serve resource.k8s.io/v1 "
-                "(DeviceClass, ResourceClaim, ResourceSlice), which Kubernetes %s and later "
-                "serve; this API server is %s: upgrade the control plane or set "
-                "gpu_cluster_allocation: device-plugin"
-                % (DRA_KUBERNETES, version.get("gitVersion")),
-                errors=[],
-            )
+        if params["state"] == "present" and config["allocation"] == "dra":
+            problem = dra_api_problem(config, api.has_resource(*DRA_API), version)
+            if problem:
+                module.fail_json(msg=problem, errors=[])
         if params["state"] == "present":
             plan = plan_present(module, api, config, templates, service_monitor_api, crd_api)
         else:

@@ -133,6 +133,8 @@ def test_gpu_cluster_applies_the_dra_driver_and_the_scheduler_allocates_by_cel(
     second = run_playbook("gpu_cluster.yml", kubeconfig, tmp_path, SETTINGS)
     assert second["rc"] == 0, second["failures"] or second["raw"][-3000:]
     assert second["stats"]["changed"] == 0, second["raw"][-5000:]
+    checked = run_playbook("gpu_cluster.yml", kubeconfig, tmp_path, SETTINGS, check=True)
+    assert checked["rc"] == 0 and checked["stats"]["changed"] == 0, checked["raw"][-5000:]
 
     # The DeviceClasses as the API server stored them, CEL and all (it compiles CEL on create).
     for name, expression in cm.DRA_DEVICE_CLASSES.items():

@@ -188,3 +188,17 @@ def test_the_dra_objects_are_valid_where_resource_k8s_io_v1_is_served(minor: str
             continue
         kubernetes_validate.validate(manifest, minor, strict=True)
     assert cs.DRA_KUBERNETES == "1.34"
+
+
+def test_an_api_server_without_resource_k8s_io_v1_is_refused_naming_the_release() -> None:
+    from ansible_collections.kubegpu.gpu.plugins.modules import gpu_manifests
+
+    dra, _ = cs.validate_config({"allocation": "dra"})
+    plain, _ = cs.validate_config({})
+    problem = gpu_manifests.dra_api_problem(dra, False, {"gitVersion": "v1.33.5"})
+    assert problem is not None
+    assert "resource.k8s.io/v1" in problem and "Kubernetes 1.34" in problem
+    assert "v1.33.5" in problem and "gpu_cluster_allocation" in problem
+    assert gpu_manifests.dra_api_problem(dra, True, {"gitVersion": "v1.37.2"}) is None
+    assert gpu_manifests.dra_api_problem(plain, False, {"gitVersion": "v1.33.5"}) is None
+    assert gpu_manifests.DRA_API == ("resource.k8s.io/v1", "deviceclasses")
