@@ -146,10 +146,12 @@ def control_plane_images(
 def run(inventory: Path, playbook: str, extra: Path) -> tuple[int, dict[str, Any], float]:
     """ansible-playbook: its exit code, its JSON report and its wall time."""
     started = time.monotonic()
-    rc, report = ansible_json.run(
-        "ansible-playbook", ["-i", str(inventory), "-e", f"@{extra}", playbook]
+    # From bare nodes the first run installs packages, imports the control-plane images and
+    # waits for kubeadm init: more than ansible_json.run's five minutes on two busy cores.
+    proc = ansible_json.playbook(
+        playbook, "-i", str(inventory), "-e", f"@{extra}", json_report=True, timeout=1500
     )
-    return rc, report, time.monotonic() - started
+    return proc.returncode, ansible_json.report(proc), time.monotonic() - started
 
 
 def failures(report: dict[str, Any]) -> list[str]:
