@@ -112,6 +112,8 @@ def inventory(
         "gpu_tenancy_workload_tensorflow_image": f"{tensorflow['path']}:{tensorflow['tag']}",
         "nvidia_container_toolkit_repo_url": mirror["apt"],
         "kubegpu_artifacts_plain_http_registries": [address],
+        # DRA on (for the nodes that carry its label): every image of the manifest is pulled.
+        "gpu_cluster_allocation": "dra",
         **overrides,
     }
     (folder / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
