@@ -81,6 +81,36 @@ def write_kubeconfig(path: Path, url: str, ca: Path, user: str, pair: Pair) -> P
     return path
 
 
+def register_node(
+    core: Any, name: str, labels: dict[str, str], resources: dict[str, str], address: str = ""
+) -> None:
+    """A Node as a kubelet's registration writes it, Ready, for a test that has no kubelet for
+    it: nothing renews its heartbeat, so the node lifecycle controller marks it unreachable after
+    its grace period (about 40 s)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status: dict[str, Any] = {
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+        ],
+    }
+    if address:
+        status["addresses"] = [{"type": "InternalIP", "address": address}]
+    core.create_node(
+        {
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+            "status": status,
+        }
+    )
+
+
 @dataclass
 class KubeCluster:
     """A running control plane; ``kubeconfig`` is an administrator's (system:masters)."""

@@ -10,7 +10,6 @@ device plugin would advertise).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_manifes
 from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_settings as cs
 from ansible_collections.kubegpu.gpu.plugins.module_utils.data_files import read_templates
 
-from tests.cluster.controlplane import KubeCluster
+from tests.cluster.controlplane import KubeCluster, register_node
 from tests.processes import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -32,29 +31,7 @@ A100 = "NVIDIA-A100-SXM4-80GB"
 def _register_node(core: Any, name: str, product: str, gpus: str) -> None:
     """What a kubelet's registration writes, with GFD's product label and the plugin's GPUs."""
     resources = {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": gpus}
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    core.create_node(
-        {
-            "metadata": {
-                "name": name,
-                "labels": {"kubernetes.io/hostname": name, "nvidia.com/gpu.product": product},
-            },
-            "status": {
-                "capacity": resources,
-                "allocatable": resources,
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-                "addresses": [{"type": "InternalIP", "address": "192.0.2.10"}],
-            },
-        }
-    )
+    register_node(core, name, {"nvidia.com/gpu.product": product}, resources, "192.0.2.10")
 
 
 def _gpu_pod(name: str, gpus: str, product: str) -> dict[str, Any]:
@@ -262,7 +239,6 @@ def test_gpu_cluster_deploys_nfd_and_gfd_may_publish_through_it(
     )
     assert stored["spec"]["labels"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
 
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for name, labels in (
         (PCI_ONLY_NODE, {"feature.node.kubernetes.io/pci-10de.present": "true"}),
         (PLAIN_NODE, {}),
@@ -270,24 +246,7 @@ def test_gpu_cluster_deploys_nfd_and_gfd_may_publish_through_it(
         # Registered Ready, as a kubelet registers, just before the DaemonSet controller is
         # watched: no kubelet renews the node's heartbeat, and the node lifecycle controller
         # taints it unreachable (no new DaemonSet pod) after its grace period.
-        core.create_node(
-            {
-                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
-                "status": {
-                    "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-                    "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-                    "conditions": [
-                        {
-                            "type": "Ready",
-                            "status": "True",
-                            "reason": "KubeletReady",
-                            "lastHeartbeatTime": now,
-                            "lastTransitionTime": now,
-                        }
-                    ],
-                },
-            }
-        )
+        register_node(core, name, labels, {"cpu": "8", "memory": "32Gi", "pods": "110"})
 
     # The DaemonSet controller: GFD and the device plugin on the node NFD's label marks,
     # nfd-worker on every node (it is what finds the GPU nodes).

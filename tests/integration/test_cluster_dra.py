@@ -14,7 +14,6 @@ bound but never started.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_manifes
 from ansible_collections.kubegpu.gpu.plugins.module_utils import dra_workloads as dw
 
 from kubegpu.workloads import settings as tenancy_settings
-from tests.cluster.controlplane import KubeCluster
+from tests.cluster.controlplane import KubeCluster, register_node
 from tests.processes import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -50,34 +49,8 @@ A100_NVML = "NVIDIA A100-SXM4-80GB"
 
 def _register_node(core: Any, name: str) -> None:
     """What a kubelet's registration writes, for a GPU node of a DRA node group."""
-    resources = {"cpu": "16", "memory": "64Gi", "pods": "110"}
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    core.create_node(
-        {
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "kubernetes.io/hostname": name,
-                    "nvidia.com/gpu.present": "true",
-                    DRA_LABEL: "true",
-                },
-            },
-            "status": {
-                "capacity": resources,
-                "allocatable": resources,
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-                "addresses": [{"type": "InternalIP", "address": "192.0.2.20"}],
-            },
-        }
-    )
+    labels = {"nvidia.com/gpu.present": "true", DRA_LABEL: "true"}
+    register_node(core, name, labels, {"cpu": "16", "memory": "64Gi", "pods": "110"}, "192.0.2.20")
 
 
 def _gpu(minor: int, product: str, uuid: str) -> dict[str, Any]:
