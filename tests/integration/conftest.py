@@ -23,6 +23,7 @@ Default layout (each overridable through the environment):
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 from collections.abc import Iterator
@@ -69,7 +70,8 @@ def derived_testbed_config(number: int, name: str, suite: str) -> TestbedConfig:
     """A one-node testbed beside the session's, which may be up in the same run: bridge
     <bridge><number>, subnet with the third octet times ten plus ``number`` (never the session's
     own), prefix <prefix><name>, state <state>-<name>; the node can run containers. Numbers
-    taken: 1 and 2 the runtime suites', 3 the bootstrap's, 4 the NVML double's GPU node."""
+    taken: 1 and 2 the runtime suites', 3 the bootstrap's, 4 the NVML double's GPU node, 5 the
+    SIMULATED MIG GPU's node."""
     bridge = os.environ.get("KUBEGPU_TESTBED_BRIDGE", DEFAULT_BRIDGE) + str(number)
     base = ipaddress.ip_network(os.environ.get("KUBEGPU_TESTBED_SUBNET", DEFAULT_SUBNET))
     octets = str(base.network_address).split(".")
@@ -90,6 +92,28 @@ def derived_testbed_config(number: int, name: str, suite: str) -> TestbedConfig:
         state_dir=Path(f"{default_state_dir()}-{name}"),
         containers=(f"{prefix}1",),
     )
+
+
+# The SIMULATED MIG GPU (a stateful nvidia-smi replaying a real H100 PCIe capture).
+MIG_CAPTURE = "scaleway-h100-pcie-525-mig"
+
+
+@pytest.fixture(scope="session")
+def mig_testbed() -> Iterator[TestbedState]:
+    """One bookworm node whose GPU is the SIMULATED MIG GPU, in a testbed of its own beside the
+    session's (whose GPUs are not MIG-capable): derived number 5."""
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root (mounts, a bridge, systemd-nspawn)")
+    derived = derived_testbed_config(5, "mig", "bookworm")
+    config = dataclasses.replace(
+        derived, containers=(), simulate_gpu=((f"{derived.name_prefix}1", MIG_CAPTURE),)
+    )
+    state = up(config)
+    try:
+        yield state
+    finally:
+        if os.environ.get("KUBEGPU_TESTBED_REUSE") != "1":
+            down(config.state_dir)
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,6 @@
 """The node play's MIG layer (role gpu_mig, tag mig) on a testbed node whose GPU is the SIMULATED
 MIG GPU: a stateful nvidia-smi replaying a real H100 PCIe capture, its MIG state in a file on the
-node. Run with a node that has it, for example
-
-    KUBEGPU_TESTBED_NODES=1 KUBEGPU_TESTBED_CONTAINERS= \\
-    KUBEGPU_TESTBED_SIMULATE_GPU=node1=scaleway-h100-pcie-525-mig pytest tests/integration/test_gpu_mig.py
+node. The node is a one-node testbed of its own beside the session's (derived number 5).
 
 Asserts on the node's state as nvidia-smi (the double) reports it after each run: a layout
 applied, the second run changing nothing, check mode with diff changing nothing, a profile the
@@ -22,22 +19,28 @@ import pytest
 from ansible_collections.kubegpu.gpu.plugins.module_utils import mig_layout as mig
 
 from kubegpu.testbed import TestbedState
+from tests.integration.conftest import MIG_CAPTURE
 
 from .ansible_json import playbook, report
 
 pytestmark = pytest.mark.integration
 
-CAPTURE = "scaleway-h100-pcie-525-mig"
+CAPTURE = MIG_CAPTURE
 SMI = "/usr/local/lib/kubegpu-simulated/nvidia-smi"
 STATE = SMI + ".capture/mig-state.json"
 APPLY = "Apply the MIG layout"
 
 
+@pytest.fixture(scope="module")
+def testbed(mig_testbed: TestbedState) -> TestbedState:
+    """This module's nodes: the SIMULATED MIG GPU's own testbed (tests/integration/conftest.py)."""
+    return mig_testbed
+
+
 def mig_node(testbed: TestbedState) -> str:
-    """The testbed node with the SIMULATED MIG GPU (the test is skipped without one)."""
+    """The testbed node with the SIMULATED MIG GPU."""
     found = [n.name for n in testbed.nodes if n.simulated_gpu == CAPTURE]
-    if not found:
-        pytest.skip(f"needs a testbed node with KUBEGPU_TESTBED_SIMULATE_GPU=<node>={CAPTURE}")
+    assert found, f"no node of {testbed.state_dir} simulates {CAPTURE}"
     return found[0]
 
 

@@ -25,6 +25,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.apiserver]
 ANNOTATION = "kubegpu.io/mig-layout"
 
 
+@pytest.fixture(scope="module")
+def testbed(mig_testbed: Any) -> Any:
+    """This module's nodes: the SIMULATED MIG GPU's own testbed (tests/integration/conftest.py)."""
+    return mig_testbed
+
+
 def _plugin_pod(name: str, node_name: str, app: str) -> dict[str, Any]:
     pod = _pod(name, node_name, gpu=False, daemonset=True)
     pod["metadata"]["namespace"] = "kube-system"
