@@ -572,25 +572,38 @@ SMOKE_NAMESPACE = "smoke"
 
 
 @pytest.fixture(scope="module")
-def smoke_cluster(kube_cluster: KubeCluster) -> KubeCluster:
+def smoke_cluster(kube_cluster: KubeCluster) -> Iterator[KubeCluster]:
     """The real control plane with no node, the namespace the smoke Jobs run in and the
     RuntimeClass `nvidia` the smoke pod names (RuntimeClass admission refuses a pod whose class
-    does not exist)."""
+    does not exist). What it made goes afterwards: the session's cluster is shared (test_reset
+    makes a RuntimeClass `nvidia` of its own)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     core, *_ = api(kube_cluster)
     node = client.NodeV1Api(kube_cluster.client())
-    for create, body in (
-        (core.create_namespace, {"metadata": {"name": SMOKE_NAMESPACE}}),
-        (node.create_runtime_class, {"metadata": {"name": "nvidia"}, "handler": "nvidia"}),
+    made = []
+    for create, delete, body in (
+        (
+            core.create_namespace,
+            core.delete_namespace,
+            {"metadata": {"name": SMOKE_NAMESPACE}},
+        ),
+        (
+            node.create_runtime_class,
+            node.delete_runtime_class,
+            {"metadata": {"name": "nvidia"}, "handler": "nvidia"},
+        ),
     ):
         try:
             create(body)
+            made.append((delete, body["metadata"]["name"]))
         except ApiException as exc:
             if exc.status != 409:
                 raise
-    return kube_cluster
+    yield kube_cluster
+    for delete, name in reversed(made):
+        delete(name)
 
 
 @pytest.mark.cluster
