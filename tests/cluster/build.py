@@ -10,9 +10,10 @@ Kubernetes from its module; etcd's server comes at the release Kubernetes' own g
 
 with component-base's version set from the release (`kubectl version` and the API server's
 `/version` say v1.37.x, as an official build does). The binaries are kept under a key that hashes
-src/ and this script; a run that finds them answers in well under a second.
+src/, this script and the shared build helper (src/kubegpu/testbed/gobuild.py); a run that finds
+them answers in well under a second, and the binaries of the previous key are kept too.
 
-Standard library only. Progress goes to stderr; the result goes to stdout (`--json` for the
+Standard library only (the helper is loaded on its own when run without the venv). Progress goes to stderr; the result goes to stdout (`--json` for the
 pytest fixture).
 
 Environment:
@@ -24,21 +25,22 @@ Environment:
 from __future__ import annotations
 
 import argparse
-import fcntl
-import hashlib
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+try:
+    from kubegpu.testbed import gobuild
+except ImportError:  # without the venv, whose packages kubegpu needs: the helper module alone
+    sys.path.append(str(Path(__file__).resolve().parents[2] / "src" / "kubegpu" / "testbed"))
+    import gobuild
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
 DEFAULT_CACHE = "/var/cache/kubegpu/cluster"
-DEFAULT_GOMODCACHE = "/var/cache/kubegpu/gomod/pkg/mod"
+DEFAULT_GOMODCACHE = gobuild.DEFAULT_GOMODCACHE
 # name -> Go package; the names are the binaries' file names.
 PROGRAMS = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
@@ -53,6 +55,7 @@ VERSION_PACKAGE = "k8s.io/component-base/version"
 # The kubelets of the older supported releases, for the feature-gate oracle: one module each,
 # src/kubelet-<minor>/ (its go.mod requires k8s.io/kubernetes at that release).
 KUBELET_MODULES = "kubelet-*"
+BuildError = gobuild.GoBuildError
 
 
 def older_kubelets() -> dict[str, tuple[Path, str]]:
@@ -69,30 +72,18 @@ def older_kubelets() -> dict[str, tuple[Path, str]]:
     return found
 
 
-class BuildError(RuntimeError):
-    pass
-
-
 def log(message: str) -> None:
     print(f"[cluster-build] {message}", file=sys.stderr, flush=True)
 
 
 def module_version(gomod: str, module: str) -> str:
     """The version go.mod requires of ``module`` (a whole-line match, never a prefix)."""
-    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)} (v\S+)$", gomod, re.M)
-    if not match:
-        raise BuildError(f"{SRC / 'go.mod'} requires no {module}")
-    return match.group(1)
+    return gobuild.required_version(gomod, module, SRC / "go.mod")
 
 
 def source_key() -> str:
-    """A hash of everything the binaries are built from: src/ and this script."""
-    digest = hashlib.sha256()
-    for path in sorted([*SRC.rglob("*"), Path(__file__).resolve()]):
-        if path.is_file():
-            digest.update(str(path.relative_to(HERE)).encode() + b"\0")
-            digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
+    """A hash of everything the binaries are built from: src/, this script and the helper."""
+    return gobuild.cache_key(HERE, [SRC, Path(__file__)])
 
 
 def ldflags(kubernetes: str) -> str:
@@ -112,8 +103,7 @@ def build(cache: Path, gomodcache: Path) -> dict[str, object]:
     gomod = (SRC / "go.mod").read_text()
     kubernetes = module_version(gomod, "k8s.io/kubernetes")
     etcd = module_version(gomod, "go.etcd.io/etcd/server/v3")
-    key = source_key()
-    out = cache / f"bin-{kubernetes}-{key}"
+    out = cache / f"bin-{kubernetes}-{source_key()}"
     older = older_kubelets()
     names = [*PROGRAMS, *older]
     minor = ".".join(kubernetes[1:].split(".")[:2])
@@ -127,69 +117,17 @@ def build(cache: Path, gomodcache: Path) -> dict[str, object]:
             minor: [kubernetes, str(out / "kubelet")],
         },
     }
-    if all((out / name).is_file() for name in names):
-        return result | {"cached": True}
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if all((out / name).is_file() for name in names):
-            return result | {"cached": True}
-        go = shutil.which("go")
-        if not go:
-            raise BuildError("no `go` on PATH: the Go toolchain (1.26 or newer) is needed")
-        partial = cache / f".partial-{key}"
-        shutil.rmtree(partial, ignore_errors=True)
-        env = dict(
-            os.environ,
-            GOMODCACHE=str(gomodcache),
-            GOCACHE=str(cache / "gocache"),
-            GOFLAGS="-mod=readonly -buildvcs=false",
-            GOTOOLCHAIN="local",
-            CGO_ENABLED="0",
-        )
-        command = [
-            "nice",
-            go,
-            "build",
-            "-trimpath",
-            "-ldflags",
-            ldflags(kubernetes),
-            "-o",
-            f"{partial}/",
-            *PROGRAMS.values(),
-        ]
+
+    def make(partial: Path) -> None:
+        env = gobuild.go_env(cache, gomodcache, cgo=False)
         log(f"building Kubernetes {kubernetes} and etcd {etcd} (cold: tens of minutes on 2 cores)")
-        started = time.monotonic()
-        builds = [(SRC, command)]
+        gobuild.go_build(SRC, env, ldflags(kubernetes), f"{partial}/", list(PROGRAMS.values()))
         for name, (folder, version) in older.items():
             log(f"then the kubelet of Kubernetes {version}")
-            builds.append(
-                (
-                    folder,
-                    [
-                        *command[:5],
-                        ldflags(version),
-                        "-o",
-                        str(partial / name),
-                        PROGRAMS["kubelet"],
-                    ],
-                )
-            )
-        for folder, argv in builds:
-            proc = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True)
-            if proc.returncode != 0:
-                shutil.rmtree(partial, ignore_errors=True)
-                raise BuildError(
-                    f"go build in {folder} failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
-                )
-        missing = [name for name in names if not (partial / name).is_file()]
-        if missing:
-            raise BuildError(f"go build wrote no {', '.join(missing)} in {partial}")
-        for old in cache.glob("bin-*"):
-            shutil.rmtree(old, ignore_errors=True)
-        partial.rename(out)
-        log(f"built in {time.monotonic() - started:.0f} s: {out}")
-    return result | {"cached": False}
+            gobuild.go_build(folder, env, ldflags(version), partial / name, [PROGRAMS["kubelet"]])
+
+    cached = gobuild.build_once(out, names, make, "bin-*", log)
+    return result | {"cached": cached}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = parser.parse_args(argv)
     cache = Path(os.environ.get("KUBEGPU_CLUSTER_CACHE", DEFAULT_CACHE))
-    gomodcache = Path(os.environ.get("KUBEGPU_GOMODCACHE", DEFAULT_GOMODCACHE))
+    gomodcache = gobuild.module_cache()
     try:
         result = build(cache, gomodcache)
     except BuildError as exc:

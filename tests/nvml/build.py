@@ -11,8 +11,10 @@ Two artefacts, each kept under a key that hashes what it is built from:
   newest release the Go module proxy serves here; kubegpu's deployment pin is v0.20.0), with the
   release's version string set as NVIDIA's Makefile sets it.
 
-A run that finds both answers in well under a second. Standard library only. Progress goes to
-stderr; the result goes to stdout (`--json` for the pytest fixtures).
+Both go through the shared build helper (src/kubegpu/testbed/gobuild.py), whose file each key
+hashes too; the artefacts of the previous key of each are kept. A run that finds both answers in
+well under a second. Standard library only. Progress goes to stderr; the result goes to stdout
+(`--json` for the pytest fixtures).
 
 Environment:
   KUBEGPU_NVML_CACHE    cache folder (default /var/cache/kubegpu/nvml): binaries, Go build cache
@@ -23,22 +25,24 @@ Environment:
 from __future__ import annotations
 
 import argparse
-import fcntl
-import hashlib
 import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+try:
+    from kubegpu.testbed import gobuild
+except ImportError:  # without the venv, whose packages kubegpu needs: the helper module alone
+    sys.path.append(str(Path(__file__).resolve().parents[2] / "src" / "kubegpu" / "testbed"))
+    import gobuild
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
 LIBRARY_SOURCE = HERE / "nvml_standin.c"
 DEFAULT_CACHE = "/var/cache/kubegpu/nvml"
-DEFAULT_GOMODCACHE = "/var/cache/kubegpu/gomod/pkg/mod"
+DEFAULT_GOMODCACHE = gobuild.DEFAULT_GOMODCACHE
 PLUGIN_MODULE = "github.com/NVIDIA/k8s-device-plugin"
 NVML_MODULE = "github.com/NVIDIA/go-nvml"
 # name -> Go package; the names are the binaries' file names.
@@ -48,10 +52,7 @@ PROGRAMS = {
 }
 VERSION_VARIABLE = f"{PLUGIN_MODULE}/internal/info.version"
 LIBRARY = "libnvidia-ml.so.1"
-
-
-class BuildError(RuntimeError):
-    pass
+BuildError = gobuild.GoBuildError
 
 
 def log(message: str) -> None:
@@ -60,12 +61,7 @@ def log(message: str) -> None:
 
 def module_version(gomod: str, module: str) -> str:
     """The version go.mod requires of ``module`` (a whole-line match, never a prefix)."""
-    match = re.search(
-        rf"^\s*(?:require\s+)?{re.escape(module)} (v\S+)(?: // indirect)?$", gomod, re.M
-    )
-    if not match:
-        raise BuildError(f"{SRC / 'go.mod'} requires no {module}")
-    return match.group(1)
+    return gobuild.required_version(gomod, module, SRC / "go.mod")
 
 
 def escaped(module: str) -> str:
@@ -73,131 +69,72 @@ def escaped(module: str) -> str:
     return re.sub(r"[A-Z]", lambda m: "!" + m.group(0).lower(), module)
 
 
-def digest(paths: list[Path], *extra: str) -> str:
-    hashed = hashlib.sha256()
-    for path in sorted(paths):
-        if path.is_file():
-            hashed.update(str(path.relative_to(HERE)).encode() + b"\0")
-            hashed.update(path.read_bytes() + b"\0")
-    for item in extra:
-        hashed.update(item.encode() + b"\0")
-    return hashed.hexdigest()[:16]
-
-
-def go_env(cache: Path, gomodcache: Path) -> dict[str, str]:
-    return dict(
-        os.environ,
-        GOMODCACHE=str(gomodcache),
-        GOCACHE=str(cache / "gocache"),
-        GOFLAGS="-mod=readonly -buildvcs=false",
-        GOTOOLCHAIN="local",
-        CGO_ENABLED="1",
-    )
-
-
-def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
-    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise BuildError(f"{' '.join(argv[:3])} failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
-
-
 def nvml_header(gomodcache: Path, nvml: str, env: dict[str, str]) -> Path:
     folder = gomodcache / f"{escaped(NVML_MODULE)}@{nvml}" / "pkg" / "nvml"
     if not (folder / "nvml.h").is_file():
         log(f"downloading {NVML_MODULE}@{nvml} for its nvml.h")
-        run(["go", "mod", "download", f"{NVML_MODULE}@{nvml}"], SRC, env)
+        gobuild.run([gobuild.go_tool(), "mod", "download", f"{NVML_MODULE}@{nvml}"], SRC, env)
     if not (folder / "nvml.h").is_file():
         raise BuildError(f"no nvml.h in {folder} after go mod download")
     return folder
 
 
 def build_library(cache: Path, gomodcache: Path, nvml: str) -> tuple[Path, bool]:
-    key = digest([LIBRARY_SOURCE, Path(__file__).resolve()], nvml)
-    out = cache / f"lib-{key}"
-    if (out / LIBRARY).is_file():
-        return out / LIBRARY, True
-    env = go_env(cache, gomodcache)
-    header = nvml_header(gomodcache, nvml, env)
-    partial = cache / f".partial-lib-{key}"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    gcc = shutil.which("gcc")
-    if not gcc:
-        raise BuildError("no `gcc` on PATH: Debian's gcc builds the NVML test double")
-    run(
-        [
-            "nice",
-            gcc,
-            "-std=c11",
-            "-D_DEFAULT_SOURCE",
-            "-DNVML_NO_UNVERSIONED_FUNC_DEFS=1",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-O2",
-            "-fPIC",
-            "-shared",
-            "-fvisibility=hidden",
-            f"-I{header}",
-            f"-Wl,-soname,{LIBRARY}",
-            "-o",
-            str(partial / LIBRARY),
-            str(LIBRARY_SOURCE),
-        ],
-        HERE,
-    )
-    for old in cache.glob("lib-*"):
-        shutil.rmtree(old, ignore_errors=True)
-    partial.rename(out)
-    return out / LIBRARY, False
+    out = cache / f"lib-{gobuild.cache_key(HERE, [LIBRARY_SOURCE, Path(__file__)], nvml)}"
+
+    def make(partial: Path) -> None:
+        header = nvml_header(gomodcache, nvml, gobuild.go_env(cache, gomodcache, cgo=True))
+        gcc = shutil.which("gcc")
+        if not gcc:
+            raise BuildError("no `gcc` on PATH: Debian's gcc builds the NVML test double")
+        log("building the NVML test double")
+        gobuild.run(
+            [
+                "nice",
+                gcc,
+                "-std=c11",
+                "-D_DEFAULT_SOURCE",
+                "-DNVML_NO_UNVERSIONED_FUNC_DEFS=1",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-O2",
+                "-fPIC",
+                "-shared",
+                "-fvisibility=hidden",
+                f"-I{header}",
+                f"-Wl,-soname,{LIBRARY}",
+                "-o",
+                str(partial / LIBRARY),
+                str(LIBRARY_SOURCE),
+            ],
+            HERE,
+        )
+
+    cached = gobuild.build_once(out, [LIBRARY], make, "lib-*", log)
+    return out / LIBRARY, cached
 
 
 def build_programs(cache: Path, gomodcache: Path, plugin: str) -> tuple[Path, bool]:
-    key = digest([*SRC.rglob("*"), Path(__file__).resolve()])
-    out = cache / f"bin-{plugin}-{key}"
-    if all((out / name).is_file() for name in PROGRAMS):
-        return out, True
-    go = shutil.which("go")
-    if not go:
-        raise BuildError("no `go` on PATH: the Go toolchain (1.26 or newer) is needed")
-    partial = cache / f".partial-bin-{key}"
-    shutil.rmtree(partial, ignore_errors=True)
-    log(f"building NVIDIA's device plugin and GFD {plugin} (cold: minutes on 2 cores)")
-    started = time.monotonic()
-    run(
-        [
-            "nice",
-            go,
-            "build",
-            "-trimpath",
-            "-ldflags",
-            f"-s -w -X {VERSION_VARIABLE}={plugin}",
-            "-o",
-            f"{partial}/",
-            *PROGRAMS.values(),
-        ],
+    out = cache / f"bin-{plugin}-{gobuild.cache_key(HERE, [SRC, Path(__file__)])}"
+    cached = gobuild.build_programs(
+        out,
         SRC,
-        go_env(cache, gomodcache),
+        PROGRAMS,
+        f"-s -w -X {VERSION_VARIABLE}={plugin}",
+        gobuild.go_env(cache, gomodcache, cgo=True),
+        log,
+        f"building NVIDIA's device plugin and GFD {plugin} (cold: minutes on 2 cores)",
     )
-    missing = [name for name in PROGRAMS if not (partial / name).is_file()]
-    if missing:
-        raise BuildError(f"go build wrote no {', '.join(missing)} in {partial}")
-    for old in cache.glob("bin-*"):
-        shutil.rmtree(old, ignore_errors=True)
-    partial.rename(out)
-    log(f"built in {time.monotonic() - started:.0f} s: {out}")
-    return out, False
+    return out, cached
 
 
 def build(cache: Path, gomodcache: Path) -> dict[str, object]:
     gomod = (SRC / "go.mod").read_text()
     plugin = module_version(gomod, PLUGIN_MODULE)
     nvml = module_version(gomod, NVML_MODULE)
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        library, library_cached = build_library(cache, gomodcache, nvml)
-        programs, programs_cached = build_programs(cache, gomodcache, plugin)
+    library, library_cached = build_library(cache, gomodcache, nvml)
+    programs, programs_cached = build_programs(cache, gomodcache, plugin)
     return {
         "device_plugin_version": plugin,
         "go_nvml_version": nvml,
@@ -213,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = parser.parse_args(argv)
     cache = Path(os.environ.get("KUBEGPU_NVML_CACHE", DEFAULT_CACHE))
-    gomodcache = Path(os.environ.get("KUBEGPU_GOMODCACHE", DEFAULT_GOMODCACHE))
+    gomodcache = gobuild.module_cache()
     try:
         result = build(cache, gomodcache)
     except BuildError as exc:

@@ -16,8 +16,9 @@ Which program and which of NVIDIA's files (systemd units, udev rules) goes into 
 read from the module's own packaging/debian/*.install at that release, and recorded beside the
 binaries (manifest.json) for the testbed's repository (aptrepo.py) to package.
 
-The result is kept under a key that hashes the module folder and this file; a run that finds it
-answers in well under a second. Standard library only: it runs as a script too
+The result is kept under a key that hashes the module folder, this file and the shared build helper
+(gobuild.py); a run that finds it answers in well under a second, and the result of the previous
+key of the same release is kept too. Standard library only: it runs as a script too
 (`python3 src/kubegpu/testbed/toolkit_build.py [--json]`), progress on stderr.
 
 Environment:
@@ -29,16 +30,17 @@ Environment:
 from __future__ import annotations
 
 import argparse
-import fcntl
-import hashlib
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING or __package__:
+    from kubegpu.testbed import gobuild
+else:  # run as a script: the helper beside it
+    import gobuild
 
 HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "toolkit-src"
@@ -55,11 +57,8 @@ VERSION_PACKAGE = f"{MODULE}/internal/info"
 # NVIDIA's Makefile links with these, so the driver's symbols resolve when it is loaded.
 EXTLDFLAGS = "-Wl,--export-dynamic -Wl,--unresolved-symbols=ignore-in-object-files -Wl,-z,lazy"
 DEFAULT_CACHE = "/var/cache/kubegpu/toolkit"
-DEFAULT_GOMODCACHE = "/var/cache/kubegpu/gomod/pkg/mod"
-
-
-class ToolkitBuildError(RuntimeError):
-    """The toolkit's programs could not be built; the message says why and what is needed."""
+# The toolkit's programs could not be built; the message says why and what is needed.
+ToolkitBuildError = gobuild.GoBuildError
 
 
 def log(message: str) -> None:
@@ -77,19 +76,13 @@ def versions() -> tuple[str, ...]:
 
 
 def module_version(gomod: str) -> str:
-    match = re.search(rf"^\s*(?:require\s+)?{re.escape(MODULE)} v(\S+)$", gomod, re.M)
-    if not match:
-        raise ToolkitBuildError(f"go.mod requires no {MODULE}")
-    return match.group(1)
+    """The toolkit release go.mod requires ("1.20.2")."""
+    return gobuild.required_version(gomod, MODULE)[1:]
 
 
 def source_key(folder: Path) -> str:
-    """A hash of what the programs are built from: the module folder and this file."""
-    digest = hashlib.sha256()
-    for path in sorted([*folder.rglob("*"), Path(__file__).resolve()]):
-        if path.is_file():
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
+    """A hash of what the programs are built from: the module folder, this file and the helper."""
+    return gobuild.cache_key(HERE, [folder, Path(__file__)])
 
 
 def parse_install(text: str) -> list[tuple[str, str]]:
@@ -134,7 +127,7 @@ def build(
     """Build (or find) the programs of one toolkit release; return where they and the
     packaging manifest are: {"version", "dir", "manifest", "cached"}."""
     cache = cache or Path(os.environ.get("KUBEGPU_TOOLKIT_CACHE", DEFAULT_CACHE))
-    gomodcache = gomodcache or Path(os.environ.get("KUBEGPU_GOMODCACHE", DEFAULT_GOMODCACHE))
+    gomodcache = gomodcache or gobuild.module_cache()
     folder = SOURCES / f"v{version}"
     if not (folder / "go.mod").is_file():
         raise ToolkitBuildError(
@@ -142,98 +135,55 @@ def build(
         )
     if module_version((folder / "go.mod").read_text()) != version:
         raise ToolkitBuildError(f"{folder / 'go.mod'} does not require {MODULE} v{version}")
-    key = source_key(folder)
-    out = cache / f"v{version}-{key}"
+    out = cache / f"v{version}-{source_key(folder)}"
+    cached = gobuild.build_once(
+        out,
+        ["manifest.json", *(f"bin/{name}" for name in PROGRAMS)],
+        lambda partial: _build_into(version, folder, partial, cache, gomodcache),
+        f"v{version}-*",
+        log,
+    )
     manifest = out / "manifest.json"
-    result: dict[str, object] = {"version": version, "dir": str(out), "manifest": str(manifest)}
-    if manifest.is_file():
-        return result | {"cached": True}
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if manifest.is_file():
-            return result | {"cached": True}
-        _build_into(version, folder, key, out, cache, gomodcache)
-    return result | {"cached": False}
+    return {"version": version, "dir": str(out), "manifest": str(manifest), "cached": cached}
 
 
-def _build_into(
-    version: str, folder: Path, key: str, out: Path, cache: Path, gomodcache: Path
-) -> None:
-    go = shutil.which("go")
-    if not go:
-        raise ToolkitBuildError(
-            "no `go` on PATH: building NVIDIA's container toolkit needs the Go toolchain (1.26 or"
-            " newer) and a C compiler (cgo)"
-        )
+def _build_into(version: str, folder: Path, partial: Path, cache: Path, gomodcache: Path) -> None:
+    go = gobuild.go_tool("building NVIDIA's container toolkit")
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if not cc:
         raise ToolkitBuildError(
             "no C compiler (gcc) on PATH: NVIDIA's container toolkit is built with cgo"
             " (install Debian's gcc and libc6-dev)"
         )
-    partial = cache / f".partial-v{version}-{key}"
-    shutil.rmtree(partial, ignore_errors=True)
-    (partial / "bin").mkdir(parents=True)
-    env = dict(
-        os.environ,
-        GOMODCACHE=str(gomodcache),
-        GOCACHE=str(cache / "gocache"),
-        GOFLAGS="-mod=readonly -buildvcs=false",
-        GOTOOLCHAIN="local",
-        CGO_ENABLED="1",
+    (partial / "bin").mkdir()
+    env = gobuild.go_env(
+        cache,
+        gomodcache,
+        cgo=True,
         CC=cc,
         # The deprecation warnings of NVML's header are not ours to fix.
         CGO_CFLAGS="-O2 -Wno-deprecated-declarations",
     )
-    ldflags = f"-s -w '-extldflags={EXTLDFLAGS}' -X {VERSION_PACKAGE}.version={version}"
-    argv = [
-        "nice",
-        go,
-        "build",
-        "-trimpath",
-        "-ldflags",
-        ldflags,
-        "-o",
-        f"{partial / 'bin'}/",
-        *(f"{MODULE}/cmd/{name}" for name in PROGRAMS),
-    ]
     log(f"building NVIDIA's container toolkit {version} (cold: about a minute on 2 cores)")
-    started = time.monotonic()
-    proc = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise ToolkitBuildError(
-            f"go build in {folder} failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
-        )
-    missing = [name for name in PROGRAMS if not (partial / "bin" / name).is_file()]
-    if missing:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise ToolkitBuildError(f"go build wrote no {', '.join(missing)} in {partial}")
-    listed = subprocess.run(
-        [go, "list", "-m", "-f", "{{.Dir}}", MODULE],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
+    gobuild.go_build(
+        folder,
+        env,
+        f"-s -w '-extldflags={EXTLDFLAGS}' -X {VERSION_PACKAGE}.version={version}",
+        f"{partial / 'bin'}/",
+        [f"{MODULE}/cmd/{name}" for name in PROGRAMS],
     )
-    module_dir = Path(listed.stdout.strip())
-    if listed.returncode != 0 or not module_dir.is_dir():
-        shutil.rmtree(partial, ignore_errors=True)
-        raise ToolkitBuildError(f"go list -m {MODULE} in {folder} failed: {listed.stderr[-2000:]}")
+    module_dir = Path(
+        gobuild.run([go, "list", "-m", "-f", "{{.Dir}}", MODULE], folder, env).strip()
+    )
+    if not module_dir.is_dir():
+        raise ToolkitBuildError(f"go list -m {MODULE} in {folder} named no folder: {module_dir}")
     manifest = {
         "version": version,
         "module": f"{MODULE}@v{version}",
-        "go": subprocess.run(
-            [go, "env", "GOVERSION"], env=env, capture_output=True, text=True
-        ).stdout.strip(),
+        "go": gobuild.run([go, "env", "GOVERSION"], folder, env).strip(),
         "packages": _package_files(module_dir, partial),
     }
     (partial / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    for old in cache.glob(f"v{version}-*"):
-        shutil.rmtree(old, ignore_errors=True)
-    partial.rename(out)
-    log(f"built toolkit {version} in {time.monotonic() - started:.0f} s: {out}")
 
 
 def main(argv: list[str] | None = None) -> int:
