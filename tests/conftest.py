@@ -15,10 +15,9 @@ FIXTURES_REAL = REPO_ROOT / "src" / "kubegpu" / "captures"
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
 
-# The session fixtures `kube_apiserver` (the test API server, tests/apiserver: a double of a
-# control plane built from Debian's Kubernetes libraries) and `kube_cluster` (a real control
-# plane built from Kubernetes' module, tests/cluster).
-pytest_plugins = ["tests.apiserver.fixture", "tests.cluster.controlplane"]
+# The session fixture `kube_cluster`: a real control plane built from Kubernetes' module
+# (tests/cluster).
+pytest_plugins = ["tests.cluster.controlplane"]
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,13 @@
-"""What the test control planes (tests/apiserver, tests/cluster) share: child processes that die
-with the test run, free loopback ports, logs' tails, and serving by hand until interrupted."""
+"""What the test control plane (tests/cluster) and the other test services use: child processes
+that die with the test run, free loopback ports, logs' tails, and serving by hand until
+interrupted."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
+import os
 import shutil
 import signal
 import socket
@@ -27,6 +30,40 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         libc.prctl(1, int(sig))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def _children() -> dict[int, list[int]]:
+    found: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rpartition(")")[2].split()[1])
+        found.setdefault(ppid, []).append(int(entry.name))
+    return found
+
+
+def kill_tree(pid: int) -> list[int]:
+    """SIGKILL ``pid`` and every process descended from it, also those in a session of their
+    own (ansible-playbook's workers start one, so a kill of the process group misses them): a
+    controller killed whole. Stopped first, level by level, so that none forks or is orphaned
+    on the way. Returns the PIDs."""
+    tree: list[int] = []
+    todo = [pid]
+    while todo:
+        for member in todo:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(member, signal.SIGSTOP)
+        tree += todo
+        children = _children()
+        todo = [c for member in todo for c in children.get(member, []) if c not in tree]
+    for member in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
+    return tree
 
 
 def free_port() -> int:

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from kubegpu.testbed import kubernetes_repo
 from tests.processes import wait_for
 
 KUBELET_BIN = "/usr/bin/kubelet"
@@ -47,16 +48,6 @@ StartLimitInterval=0
 
 [Install]
 WantedBy=multi-user.target
-"""
-
-# kubeadm's drop-in, as its deb packages ship it.
-KUBEADM_DROPIN = """[Service]
-Environment="KUBELET_KUBECONFIG_ARGS=--kubeconfig=/etc/kubernetes/kubelet.conf"
-Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
-EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
-EnvironmentFile=-/etc/default/kubelet
-ExecStart=
-ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
 """
 
 
@@ -89,7 +80,8 @@ def files(node_ip: str) -> dict[str, str]:
     """The kubelet's files on the node, besides its credentials (KubeCluster.node_files)."""
     return {
         "/etc/systemd/system/kubelet.service": UNIT,
-        "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf": KUBEADM_DROPIN,
+        # kubeadm's drop-in, as its deb packages ship it (the testbed's Kubernetes repository's).
+        "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf": kubernetes_repo.KUBEADM_DROP_IN,
         CONFIG: yaml.safe_dump(kubelet_configuration(), sort_keys=False),
         "/var/lib/kubelet/kubeadm-flags.env": f'KUBELET_KUBEADM_ARGS="--node-ip={node_ip}"\n',
     }

@@ -71,7 +71,9 @@ def derived_testbed_config(number: int, name: str, suite: str) -> TestbedConfig:
     <bridge><number>, subnet with the third octet times ten plus ``number`` (never the session's
     own), prefix <prefix><name>, state <state>-<name>; the node can run containers. Numbers
     taken: 1 and 2 the runtime suites', 3 the bootstrap's, 4 the NVML double's GPU node, 5 the
-    SIMULATED MIG GPU's node."""
+    SIMULATED MIG GPU's node, 6 the node GFD labels through NFD (test_cluster_gfd_labels), 7 and 8
+    the DRA kubelet plugin's nodes (containerd 1.7 and 2.1, test_cluster_dra_kubelet), 9 the node
+    of NVIDIA's DRA kubelet plugin on the NVML double (test_cluster_nvidia_dra)."""
     bridge = os.environ.get("KUBEGPU_TESTBED_BRIDGE", DEFAULT_BRIDGE) + str(number)
     base = ipaddress.ip_network(os.environ.get("KUBEGPU_TESTBED_SUBNET", DEFAULT_SUBNET))
     octets = str(base.network_address).split(".")

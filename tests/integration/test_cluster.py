@@ -337,9 +337,20 @@ def test_gpu_cluster_deploys_nfd_and_gfd_may_publish_through_it(
     assert again["rc"] == 0 and again["stats"]["changed"] == 0, again["raw"][-3000:]
 
     # Reset: kubegpu's objects go, the other NFD's CRD (and the objects in it) stays.
-    reset = run_playbook("gpu_cluster_reset.yml", kubeconfig, tmp_path)
+    reset = run_playbook("gpu_cluster_reset.yml", kubeconfig, tmp_path, NFD_SETTINGS)
     assert reset["rc"] == 0, reset["failures"] or reset["raw"][-3000:]
     assert ext.read_custom_resource_definition(cm.NFD_NODEFEATURE_CRD)
     ext.delete_custom_resource_definition(cm.NFD_NODEFEATURE_CRD)
     for name in (PCI_ONLY_NODE, PLAIN_NODE):
         core.delete_node(name)
+    # The session's cluster is shared: the namespace goes once pod GC removed the pods of the
+    # deleted nodes.
+    wait_for(
+        f"namespace {NFD_NS} gone",
+        lambda: (
+            not kube_cluster.kubectl(
+                "get", "namespace", NFD_NS, "--ignore-not-found", "-o", "name"
+            ).stdout.strip()
+        ),
+        timeout_s=180,
+    )

@@ -5,9 +5,15 @@ Kubernetes project does: kubegpu.testbed.kubernetes_repo), runs kubeadm init on 
 control-plane node with the control-plane images imported from archives (the images are built
 here from the same build: no registry), joins the other node with a short-lived token, gives
 both the CNI bridge plugin with routes between their pod CIDRs, and hands the controller a 0600
-kubeconfig. Both nodes go Ready; a second run changes nothing.
+kubeconfig. Both nodes go Ready; a second run changes nothing. A third node added to k8s_cluster
+joins on the next run, which changes nothing on the other two; reset.yml --limit takes it out
+again (drained, kubeadm reset, its Node object deleted) and refuses the only control-plane host
+alone. Last, the whole cluster is reset, an init that fails (a kubeadm timeout too short for
+the control plane to come up, which passes kubegpu's checks) is undone and named, and the next
+run initialises the cluster again.
 
-The testbed is two trixie nodes that can run containers, on a bridge, subnet, prefix and state
+The testbed is three trixie nodes that can run containers (the third outside k8s_cluster until
+it is added), on a bridge, subnet, prefix and state
 folder derived from the session's KUBEGPU_TESTBED_* settings (suffix 3, "bs", "-bootstrap"),
 taken down at the end (KUBEGPU_TESTBED_REUSE=1 keeps and reuses it).
 
@@ -39,7 +45,7 @@ from tests.cluster import build, images
 from tests.integration import ansible_json
 
 # restrict_oom_score_adj in containerd's main config (a node has no CAP_SYS_RESOURCE), as the
-# runtime suites set it.
+# runtime suites set it; the runtime layer's next run carries it into kubegpu's drop-in.
 from tests.integration.test_container_runtime_suites import RESTRICT_OOM
 from tests.processes import wait_for
 
@@ -67,7 +73,7 @@ RUNTIME_PLAY = """
 
 
 def bootstrap_config() -> TestbedConfig:
-    """Two container nodes on the session's bridge/subnet/prefix/state plus a suffix: bridge
+    """Three container nodes on the session's bridge/subnet/prefix/state plus a suffix: bridge
     kgtb8 -> kgtb83, subnet 10.213.8.0/24 -> 10.213.83.0/24, prefix e -> ebs."""
     bridge = os.environ.get("KUBEGPU_TESTBED_BRIDGE", DEFAULT_BRIDGE) + "3"
     base = ipaddress.ip_network(os.environ.get("KUBEGPU_TESTBED_SUBNET", DEFAULT_SUBNET))
@@ -77,13 +83,13 @@ def bootstrap_config() -> TestbedConfig:
         pytest.skip(f"cannot derive a testbed from bridge {bridge[:-1]} and subnet {base}")
     prefix = os.environ.get("KUBEGPU_TESTBED_PREFIX", DEFAULT_PREFIX) + "bs"
     return TestbedConfig(
-        nodes=2,
+        nodes=3,
         name_prefix=prefix,
         subnet=".".join([*octets[:2], str(third), "0"]) + "/24",
         bridge=bridge,
         suite="trixie",
         state_dir=Path(str(default_state_dir()) + "-bootstrap"),
-        containers=(f"{prefix}1", f"{prefix}2"),
+        containers=(f"{prefix}1", f"{prefix}2", f"{prefix}3"),
     )
 
 
@@ -106,6 +112,36 @@ def ssh(testbed: TestbedState, node: str, command: str, data: bytes | None = Non
     )
     assert proc.returncode == 0, f"{node}: {command}: {proc.stdout!r} {proc.stderr!r}"
     return proc.stdout.decode()
+
+
+def published_repo(
+    testbed: TestbedState, served: Path, binaries: dict[str, str], version: str
+) -> kr.KubernetesRepo:
+    """The testbed's Kubernetes repository, packaged again only when the build's programs or
+    the version changed since it was last published on this testbed (a reused testbed)."""
+    key = json.dumps(
+        [version, sorted((name, Path(path).stat().st_mtime_ns) for name, path in binaries.items())]
+    )
+    stamp = testbed.state_dir / "kubernetes-repo.json"
+    if stamp.is_file():
+        kept = json.loads(stamp.read_text())
+        if kept["key"] == key and (served / kept["url_path"] / "InRelease").is_file():
+            return kr.KubernetesRepo(
+                url_path=kept["url_path"],
+                flat=Path(kept["flat"]),
+                keyring=Path(kept["keyring"]),
+                version=kept["version"],
+            )
+    repo = kr.publish(served, testbed.state_dir / "kubernetes-repo", binaries, version)
+    record = {
+        "key": key,
+        "url_path": repo.url_path,
+        "flat": str(repo.flat),
+        "keyring": str(repo.keyring),
+        "version": repo.version,
+    }
+    stamp.write_text(json.dumps(record))
+    return repo
 
 
 def control_plane_images(
@@ -143,13 +179,15 @@ def control_plane_images(
     return archives
 
 
-def run(inventory: Path, playbook: str, extra: Path) -> tuple[int, dict[str, Any], float]:
+def run(
+    inventory: Path, playbook: str, extra: Path, *args: str
+) -> tuple[int, dict[str, Any], float]:
     """ansible-playbook: its exit code, its JSON report and its wall time."""
     started = time.monotonic()
     # From bare nodes the first run installs packages, imports the control-plane images and
     # waits for kubeadm init: more than ansible_json.run's five minutes on two busy cores.
     proc = ansible_json.playbook(
-        playbook, "-i", str(inventory), "-e", f"@{extra}", json_report=True, timeout=1500
+        playbook, "-i", str(inventory), "-e", f"@{extra}", *args, json_report=True, timeout=1500
     )
     return proc.returncode, ansible_json.report(proc), time.monotonic() - started
 
@@ -190,7 +228,7 @@ def bootstrapped(bare: TestbedState, tmp_path_factory: pytest.TempPathFactory) -
     # The Kubernetes repository, served beside the vendor repository on the bridge.
     started = time.monotonic()
     served = testbed.state_dir / "vendor-repo" / "www"
-    repo = kr.publish(served, testbed.state_dir / "kubernetes-repo", binaries, version)
+    repo = published_repo(testbed, served, binaries, version)
     timings["packages_s"] = time.monotonic() - started
     base_url = testbed.vendor_repo_url.rsplit("/", 1)[0]
 
@@ -204,6 +242,16 @@ def bootstrapped(bare: TestbedState, tmp_path_factory: pytest.TempPathFactory) -
     for node in testbed.node_names:
         ssh(testbed, node, "cat > /root/restrict-oom.py", RESTRICT_OOM.encode())
         ssh(testbed, node, "python3 /root/restrict-oom.py && systemctl restart containerd")
+    # containerd 1.7 replaces the whole CRI section with the drop-in's, which kubegpu derives
+    # from the main config on its next run: without it the drop-in's restrict_oom_score_adj =
+    # false stands, and runc cannot give the control plane's static pods (oom_score_adj -998)
+    # their sandboxes ("can't get final child's PID from pipe").
+    rc, report, timings["runtime_again_s"] = run(testbed.inventory, str(playbook), empty)
+    assert rc == 0, failures(report)
+    for node in testbed.node_names:
+        dump_text = ssh(testbed, node, "containerd config dump")
+        assert "restrict_oom_score_adj = true" in dump_text, node
+        assert "restrict_oom_score_adj = false" not in dump_text, node
     dump = ssh(testbed, testbed.node_names[0], "containerd config dump")
     sandbox = next(
         line.split("=", 1)[1].strip().strip('"')
@@ -258,11 +306,16 @@ def bootstrapped(bare: TestbedState, tmp_path_factory: pytest.TempPathFactory) -
     }
     extra = tmp / "bootstrap.json"
     extra.write_text(json.dumps(settings))
-    # Each node's address as a host variable, in a copy of the testbed's inventory.
+    # Each node's address as a host variable, in copies of the testbed's inventory: one with
+    # every node in k8s_cluster, one with the last node outside it (not yet added).
     inventory = yaml.safe_load(testbed.inventory.read_text())
     hosts = inventory["all"]["children"]["k8s_cluster"]["children"]["gpu_nodes"]["hosts"]
     for name, values in host_vars.items():
         hosts[name].update(values)
+    added_inventory = tmp / "inventory-added.yml"
+    added_inventory.write_text(yaml.safe_dump(inventory))
+    added = testbed.node_names[-1]
+    inventory["all"]["hosts"] = {added: hosts.pop(added)}
     testbed_inventory = tmp / "inventory.yml"
     testbed_inventory.write_text(yaml.safe_dump(inventory))
     playbook_path = str(REPO / "playbooks" / "bootstrap_cluster.yml")
@@ -271,6 +324,11 @@ def bootstrapped(bare: TestbedState, tmp_path_factory: pytest.TempPathFactory) -
     return {
         "testbed": testbed,
         "inventory": testbed_inventory,
+        "added_inventory": added_inventory,
+        "added": added,
+        "members": set(testbed.node_names) - {added},
+        "settings": settings,
+        "tmp": tmp,
         "extra": extra,
         "playbook": playbook_path,
         "first": first,
@@ -306,11 +364,11 @@ def test_every_node_joins_and_goes_ready(bootstrapped: dict[str, Any]) -> None:
     started = time.monotonic()
     wait_for(
         "every node Ready",
-        lambda: ready_nodes(bootstrapped) == set(testbed.node_names),
+        lambda: ready_nodes(bootstrapped) == bootstrapped["members"],
         timeout_s=180,
     )
     bootstrapped["timings"]["ready_after_run_s"] = time.monotonic() - started
-    for node in testbed.node_names:
+    for node in sorted(bootstrapped["members"]):
         # The packages came from the signed deb822 source, pinned and held.
         held = ssh(testbed, node, "apt-mark showhold").split()
         assert {"kubeadm", "kubelet", "kubectl"} <= set(held)
@@ -334,3 +392,144 @@ def test_a_second_run_changes_nothing(bootstrapped: dict[str, Any]) -> None:
     assert changed_tasks(report) == []
     assert all(stats["changed"] == 0 for stats in report["stats"].values()), report["stats"]
     print(f"\nsecond run: {seconds:.1f} s, changed=0")
+
+
+def host_stats(report: dict[str, Any], host: str) -> dict[str, int]:
+    stats: dict[str, int] = report["stats"][host]
+    return stats
+
+
+def reset(bootstrapped: dict[str, Any], inventory: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    rc, report, _ = run(
+        inventory,
+        str(REPO / "playbooks" / "reset.yml"),
+        bootstrapped["extra"],
+        "-e",
+        "kubegpu_reset_confirm=true",
+        *args,
+    )
+    return rc, report
+
+
+def node_objects(bootstrapped: dict[str, Any]) -> set[str]:
+    nodes = json.loads(kubectl(bootstrapped, "get", "nodes", "-o", "json"))["items"]
+    return {n["metadata"]["name"] for n in nodes}
+
+
+def test_an_added_node_joins_alone(bootstrapped: dict[str, Any]) -> None:
+    testbed, added = bootstrapped["testbed"], bootstrapped["added"]
+    ssh(testbed, added, "test ! -e /etc/kubernetes/kubelet.conf")
+    rc, report, seconds = run(
+        bootstrapped["added_inventory"], bootstrapped["playbook"], bootstrapped["extra"]
+    )
+    assert rc == 0, failures(report)
+    # The nodes already in the cluster are not joined again; all that changes on them is their
+    # route to the added node's pod CIDR (the routes' unit, and its restart).
+    routes = {
+        "kubegpu.gpu.cluster_bootstrap : Route every other node's pod CIDR through that node, at every boot",
+        "kubegpu.gpu.cluster_bootstrap : Start the routes' unit, again when the routes changed",
+    }
+    done = changed_tasks(report)
+    for member in sorted(bootstrapped["members"]):
+        assert {line.split(": ", 1)[1] for line in done if line.startswith(f"{member}: ")} <= routes
+        assert host_stats(report, member)["changed"] <= len(routes), (member, done)
+    assert host_stats(report, added)["changed"] > 0
+    assert f"{added}: kubegpu.gpu.cluster_bootstrap : Join the node with kubeadm join" in done, done
+    wait_for(
+        "the added node Ready",
+        lambda: ready_nodes(bootstrapped) == set(testbed.node_names),
+        timeout_s=180,
+    )
+    ssh(testbed, added, "test -f /etc/kubernetes/kubelet.conf")
+    cidr = kubectl(bootstrapped, "get", "node", added, "-o", "jsonpath={.spec.podCIDR}")
+    for member in sorted(bootstrapped["members"]):
+        assert f"{cidr} via {testbed.addresses[added]}" in ssh(testbed, member, "ip route"), member
+    others = {m: host_stats(report, m)["changed"] for m in sorted(bootstrapped["members"])}
+    print(f"\nadding {added}: {seconds:.1f} s; changed on the others (their routes): {others}")
+
+
+def test_the_only_control_plane_host_is_not_removed_alone(bootstrapped: dict[str, Any]) -> None:
+    testbed = bootstrapped["testbed"]
+    first = testbed.node_names[0]
+    rc, report = reset(bootstrapped, bootstrapped["added_inventory"], "--limit", first)
+    assert rc != 0
+    refused = failures(report)
+    assert any(
+        "only control-plane host" in line and "Nothing was changed" in line for line in refused
+    ), refused
+    assert changed_tasks(report) == []
+    ssh(testbed, first, "test -f /etc/kubernetes/admin.conf")
+    assert first in ready_nodes(bootstrapped)
+
+
+def test_reset_limit_removes_a_joined_node(bootstrapped: dict[str, Any]) -> None:
+    testbed, added = bootstrapped["testbed"], bootstrapped["added"]
+    rc, report = reset(bootstrapped, bootstrapped["added_inventory"], "--limit", added)
+    assert rc == 0, failures(report)
+    done = changed_tasks(report)
+    assert (
+        f"{added}: kubegpu.gpu.cluster_bootstrap : Cordon and drain the node through the Eviction API"
+        in done
+    ), done
+    assert (
+        f"{added}: kubegpu.gpu.cluster_bootstrap : Take the node out of the cluster with kubeadm reset (the joined nodes first)"
+        in done
+    ), done
+    assert node_objects(bootstrapped) == bootstrapped["members"]
+    for path in ("/etc/kubernetes/kubelet.conf", "/etc/cni/net.d/10-kubegpu-bridge.conflist"):
+        ssh(testbed, added, f"test ! -e {path}")
+    assert ssh(testbed, added, "systemctl is-active kubelet || true").strip() != "active"
+    assert ready_nodes(bootstrapped) == bootstrapped["members"]
+
+
+def test_a_failed_init_is_undone_and_the_next_run_initialises(
+    bootstrapped: dict[str, Any],
+) -> None:
+    testbed = bootstrapped["testbed"]
+    first = testbed.node_names[0]
+    # The whole cluster: its cluster layer only, so that containerd stays for the next init.
+    rc, report = reset(bootstrapped, bootstrapped["inventory"], "--tags", "bootstrap")
+    assert rc == 0, failures(report)
+    for node in sorted(bootstrapped["members"]):
+        ssh(
+            testbed,
+            node,
+            "test ! -e /etc/kubernetes/kubelet.conf -a ! -e /etc/kubernetes/admin.conf",
+        )
+    # A timeout kubegpu's checks accept and the control plane cannot meet: kubeadm init fails
+    # after it wrote admin.conf.
+    failing = dict(bootstrapped["settings"])
+    failing["cluster_bootstrap_kubeadm_timeouts"] = {"controlPlaneComponentHealthCheck": "1s"}
+    failing_extra = bootstrapped["tmp"] / "failing.json"
+    failing_extra.write_text(json.dumps(failing))
+    rc, report, _ = run(bootstrapped["inventory"], bootstrapped["playbook"], failing_extra)
+    assert rc != 0
+    named = [
+        line
+        for line in failures(report)
+        if line.startswith(f"{first}: kubegpu.gpu.cluster_bootstrap : Fail with kubeadm's")
+    ]
+    assert named, failures(report)
+    assert f"{first}: kubeadm init failed and was undone with kubeadm reset --force" in named[0]
+    assert "wait-control-plane" in named[0], named[0]
+    assert "--token" not in json.dumps(report)
+    print(f"\nthe failed init, as the run reports it: {named[0]}")
+    for path in ("/etc/kubernetes/admin.conf", "/etc/kubernetes/manifests/kube-apiserver.yaml"):
+        ssh(testbed, first, f"test ! -e {path}")
+    # The next run initialises again.
+    rc, report, seconds = run(
+        bootstrapped["inventory"], bootstrapped["playbook"], bootstrapped["extra"]
+    )
+    assert rc == 0, failures(report)
+    assert (
+        f"{first}: kubegpu.gpu.cluster_bootstrap : Initialise the control plane with kubeadm init"
+        in changed_tasks(report)
+    )
+    # kubeadm init prints the join command with its bootstrap token: not in the report.
+    assert "--token" not in json.dumps(report)
+    wait_for(
+        "every node Ready again",
+        lambda: ready_nodes(bootstrapped) == bootstrapped["members"],
+        timeout_s=180,
+    )
+    print(f"\ninit after the failed one: {seconds:.1f} s")

@@ -86,11 +86,48 @@ def resource_slice_double(node: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def apis(kube_cluster: KubeCluster) -> Iterator[tuple[Any, Any, Any]]:
+def apis(
+    kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Any, Any, Any]]:
+    """The API clients; afterwards, what this file made on the session's shared cluster is
+    removed (the cluster layer's test counts every object with kubegpu's labels): kubegpu's
+    objects by its reset playbook, the workloads' namespace, the ResourceSlice and the Node."""
     from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from tests.integration.test_gpu_cluster import run_playbook
 
     api = kube_cluster.client()
-    yield client.CoreV1Api(api), client.CustomObjectsApi(api), client.BatchV1Api(api)
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    yield core, custom, client.BatchV1Api(api)
+    reset = run_playbook(
+        "gpu_cluster_reset.yml",
+        str(kube_cluster.kubeconfig),
+        tmp_path_factory.mktemp("dra-reset"),
+        SETTINGS,
+    )
+    assert reset["rc"] == 0, reset["failures"] or reset["raw"][-3000:]
+    for remove in (
+        lambda: core.delete_namespace(WORK_NS),
+        lambda: custom.delete_cluster_custom_object(
+            GROUP, VERSION, "resourceslices", resource_slice_double(NODE)["metadata"]["name"]
+        ),
+        lambda: core.delete_node(NODE),
+    ):
+        try:
+            remove()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    wait_for(
+        "kubegpu's DRA objects gone",
+        lambda: (
+            not kube_cluster.kubectl(
+                "get", "namespace", NS, WORK_NS, "--ignore-not-found", "-o", "name"
+            ).stdout.strip()
+        ),
+        timeout_s=180,
+    )
 
 
 def test_gpu_cluster_applies_the_dra_driver_and_the_scheduler_allocates_by_cel(

@@ -25,6 +25,8 @@ its log and exec reached through the API server and the kubelet.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import ipaddress
 import json
 import os
@@ -38,7 +40,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_manifests as cm
+from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_settings as cs
 from ansible_collections.kubegpu.gpu.plugins.module_utils import kubelet as kubelet_rules
+from ansible_collections.kubegpu.gpu.plugins.module_utils.data_files import read_templates
 
 from kubegpu.testbed import TestbedConfig, TestbedState, down, up
 from kubegpu.testbed.config import DEFAULT_BRIDGE, DEFAULT_SUBNET
@@ -46,6 +51,7 @@ from kubegpu.testbed.nodes import FAKED_SYSCTLS as FAKED
 from tests import registry
 from tests.cluster import controlplane, images, kubelet
 from tests.integration.conftest import derived_testbed_config
+from tests.integration.test_container_runtime import TOOLKIT_PLAY
 from tests.processes import wait_for
 
 pytestmark = [pytest.mark.integration]
@@ -521,13 +527,11 @@ def cni_bin_dirs(dump: dict[str, Any]) -> list[str]:
     return [plugins["io.containerd.grpc.v1.cri"]["cni"]["bin_dir"]]
 
 
-@pytest.fixture(scope="module")
-def joined(
-    suite_node: Node, wired: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
-    """The node joined, by a real kubelet on the containerd kubegpu wired, to a real control
-    plane listening on the suite's bridge; the node Ready. Yields the cluster and timings."""
-    node = suite_node
+@contextlib.contextmanager
+def kubelet_joined(node: Node, workdir: Path) -> Iterator[dict[str, Any]]:
+    """``node`` (its containerd wired by the role) joined, by a real kubelet, to a real control
+    plane listening on its bridge; the node Ready. Yields the cluster, a CoreV1Api, timings and
+    the host's sysctls as they were; stops the kubelet and the control plane at the end."""
     host_sysctls = {name: Path("/proc/sys", name.replace(".", "/")).read_text() for name in FAKED}
     # The operator's own setting this machine needs (no CAP_SYS_RESOURCE in a node), in the
     # main config, and a restart; kubegpu's next run keeps it (containerd 1.7: carried into
@@ -552,9 +556,7 @@ def joined(
         node, [images.pause_archive(sandbox_image(dump)), images.shell_archive(SHELL_IMAGE)]
     )
     started = time.monotonic()
-    cluster = controlplane.start(
-        tmp_path_factory.mktemp(f"cluster-{node.suite}"), address=node.testbed.bridge_address
-    )
+    cluster = controlplane.start(workdir, address=node.testbed.bridge_address)
     try:
         timings = {"control_plane_s": time.monotonic() - started}
         timings.update(kubelet.join(node, cluster))
@@ -565,6 +567,17 @@ def joined(
     finally:
         node.ssh("systemctl disable --now kubelet")
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def joined(
+    suite_node: Node, wired: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """The suite's node joined to a control plane of its own (kubelet_joined)."""
+    with kubelet_joined(
+        suite_node, tmp_path_factory.mktemp(f"cluster-{suite_node.suite}")
+    ) as found:
+        yield found
 
 
 def test_a_real_kubelet_joins_on_the_wired_runtime_and_the_node_is_ready(
@@ -611,6 +624,84 @@ def test_a_pod_runs_and_its_log_and_exec_go_through_the_api_server(
     assert any(SHELL_IMAGE in c and "io.containerd.runc.v2" in c for c in containers), containers
     core.delete_namespaced_pod("hello", "default", grace_period_seconds=1)
     wait_for("the pod gone", lambda: not core.list_namespaced_pod("default").items)
+
+
+NVIDIA_RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+NVIDIA_RUNTIME_LOG = "/var/log/kubegpu-test-nvidia-container-runtime.log"
+
+
+def test_a_pod_of_runtime_class_nvidia_runs_through_nvidias_runtime(
+    suite_node: Node, joined: dict[str, Any]
+) -> None:
+    """kubegpu's RuntimeClass nvidia -> containerd's nvidia runtime, as kubegpu's role wired it
+    -> NVIDIA's nvidia-container-runtime (built from NVIDIA's module, installed by kubegpu's
+    toolkit role) -> runc. The pod asks for no GPU (none exists here): NVIDIA's runtime runs
+    its modifiers over the OCI spec and hands the container to runc, which its log (turned on
+    by the test in the runtime's own config, restored afterwards) shows."""
+    from kubernetes import client
+
+    node, core = suite_node, joined["core"]
+    # NVIDIA's programs built from NVIDIA's Go module (kubegpu.testbed.toolkit_build), from the
+    # testbed's signed repository, installed by kubegpu's toolkit role.
+    node.play(text=TOOLKIT_PLAY, kubegpu_nodes="all", kubegpu_toolkit_version="1.20.2-1")
+    assert "NVIDIA Container Runtime version 1.20.2" in node.ok(f"{NVCT} --version")
+    node.ok(
+        f"cp -p {NVIDIA_RUNTIME_CONFIG} /root/nvidia-runtime-config.toml && "
+        f"nvidia-ctk config --in-place --config={NVIDIA_RUNTIME_CONFIG} "
+        f"--set nvidia-container-runtime.debug={NVIDIA_RUNTIME_LOG} "
+        "--set nvidia-container-runtime.log-level=trace"
+    )
+    config, errors = cs.validate_config({})
+    assert not errors
+    manifests = cm.render_manifests(config, read_templates(cm.TEMPLATE_FOLDER))
+    runtime_class = next(m for m in manifests if m["kind"] == "RuntimeClass")
+    nodes = client.NodeV1Api(joined["cluster"].client())
+    nodes.create_runtime_class(runtime_class)
+    try:
+        pod = {
+            "metadata": {"name": "through-nvidia"},
+            "spec": {
+                "runtimeClassName": runtime_class["metadata"]["name"],
+                "containers": [
+                    {
+                        "name": "sh",
+                        "image": SHELL_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", "echo ran under $(cat /proc/1/comm); sleep 600"],
+                    }
+                ],
+            },
+        }
+        core.create_namespaced_pod("default", pod)
+        wait_for(
+            "the pod through-nvidia Running",
+            lambda: core.read_namespaced_pod("through-nvidia", "default").status.phase == "Running",
+            timeout_s=120,
+        )
+        log = wait_for(
+            "the pod's log",
+            lambda: joined["cluster"].kubectl("logs", "through-nvidia").stdout,
+        )
+        assert log == "ran under sh\n"
+        status = core.read_namespaced_pod("through-nvidia", "default").status
+        container_id = status.container_statuses[0].container_id.split("//", 1)[1]
+        info = json.loads(node.ok(f"ctr -n k8s.io containers info {container_id}"))
+        assert info["Runtime"]["Name"] == "io.containerd.runc.v2", info["Runtime"]
+        # ctr prints the runc shim's options as they are stored: decoded, or as the protobuf
+        # Any (containerd's runc Options, whose binary_name is a plain string field).
+        options = info["Runtime"]["Options"]
+        binary = options.get("BinaryName") or options.get("binary_name")
+        if binary is None:
+            binary = NVCT if NVCT.encode() in base64.b64decode(options["value"]) else options
+        assert binary == NVCT, info["Runtime"]
+        runtime_log = node.ok(f"cat {NVIDIA_RUNTIME_LOG}")
+        assert "Using low-level runtime" in runtime_log and "runc" in runtime_log, runtime_log
+        assert container_id in runtime_log, runtime_log[-2000:]
+        core.delete_namespaced_pod("through-nvidia", "default", grace_period_seconds=1)
+        wait_for("the pod gone", lambda: not core.list_namespaced_pod("default").items)
+    finally:
+        nodes.delete_runtime_class(runtime_class["metadata"]["name"])
+        node.ok(f"cp -p /root/nvidia-runtime-config.toml {NVIDIA_RUNTIME_CONFIG}")
 
 
 MIRRORED = "mirror-test.kubegpu.test"  # resolves nowhere: only the mirror can serve it

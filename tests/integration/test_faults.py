@@ -14,9 +14,12 @@
   changes. Released within the timeout: the run waits and proceeds.
 - A third party rewrites /etc/default/kubelet and the KubeletConfiguration: the next run puts
   back only kubegpu's parts, keeps the third party's, and the run after reports changed=0.
-- The controller is SIGKILLed (the whole ansible-playbook process group) the moment the API
+- The controller is SIGKILLed (ansible-playbook's whole process tree) the moment the API
   server shows the node cordoned with its record; the re-run resumes it, proves it and
   uncordons it. Node states are recorded through a real watch: never cordoned without record.
+  The API server is the test cluster's (tests/cluster), reached from the controller on
+  loopback; the node runs no kubelet, so its part is stood in for (tests/cluster/standin.py):
+  the Node's registration and heartbeat, its pod's status, the end of an evicted pod's deletion.
 
 Runs go through kubegpu's Python API (so results and summaries are the real ones), except the
 interrupted upgrade, whose controller must be a process the test can kill.
@@ -46,13 +49,9 @@ from kubegpu.report import summary_table
 from kubegpu.result import RunResult
 from kubegpu.testbed import nodes as tbnodes
 from kubegpu.testbed._proc import pid_alive
-
-try:
-    from tests.apiserver.fixture import kube_apiserver  # noqa: F401 - the session fixture
-
-    HAVE_APISERVER = True
-except ImportError:  # pragma: no cover - the server is built by another part
-    HAVE_APISERVER = False
+from tests.cluster.controlplane import KubeCluster
+from tests.integration.test_upgrade_driver import _pod, kubelet_free_nodes, run_pods
+from tests.processes import kill_tree
 
 pytestmark = pytest.mark.integration
 
@@ -329,7 +328,6 @@ def test_apt_lock_held_is_waited_for_then_a_clear_error(testbed: Any) -> None:
     node = testbed.node_names[1]
     pid = int(_ssh(testbed, node, HOLD).strip())
     try:
-        started = time.monotonic()
         blocked = _kubelet(testbed, limit=node, extra_vars={"kubegpu_apt_lock_timeout": 3})
         assert not blocked.ok
         failure = [f for f in blocked.failed if f.host == node]
@@ -339,7 +337,6 @@ def test_apt_lock_held_is_waited_for_then_a_clear_error(testbed: Any) -> None:
         assert f"PID {pid} (/usr/bin/python3 -c import fcntl" in message, message
         assert "within 3 s (kubegpu_apt_lock_timeout)" in message, message
         assert blocked.hosts[node].changed == 0
-        assert time.monotonic() - started < 300
     finally:
         _ssh(testbed, node, f"systemctl stop {HOLD_UNIT} || true")
 
@@ -485,56 +482,36 @@ def _upgrade(
     )
 
 
-def _upgrade_target(testbed: Any, request: pytest.FixtureRequest) -> tuple[Any, Any, str]:
-    """(the test API server, its CoreV1Api, the testbed node with a simulated GPU), the node
-    registered there uncordoned and without an upgrade record."""
-    if not HAVE_APISERVER:
-        pytest.skip("tests/apiserver/fixture.py is not available")
-    server = request.getfixturevalue("kube_apiserver")
-    from kubernetes import client
+# The upgrade's workload pods, in a namespace of their own on the session's cluster.
+WORKLOAD_NS = "kubegpu-faults-work"
 
+
+@pytest.fixture
+def upgrade_target(testbed: Any, kube_cluster: KubeCluster) -> Iterator[tuple[Any, str]]:
+    """(CoreV1Api of the test cluster, the testbed node with a simulated GPU), the node
+    registered there as its kubelet would, uncordoned and without an upgrade record, its
+    kubelet's part stood in for while the test runs."""
     gpu_nodes = [n.name for n in testbed.nodes if n.simulated_gpu]
     if not gpu_nodes:
         pytest.skip("needs a testbed node with a simulated GPU")
     node = gpu_nodes[0]
-    core = client.CoreV1Api(server.client())
-    if node not in {n.metadata.name for n in core.list_node().items}:
-        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
-    core.patch_node(
-        node, {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None}}}
-    )
-    return server, core, node
+    with kubelet_free_nodes(kube_cluster, [node], WORKLOAD_NS) as (core, _):
+        yield core, node
 
 
-@pytest.mark.apiserver
+@pytest.mark.cluster
 def test_controller_killed_after_cordon_resumes_and_finishes_the_node(
-    testbed: Any, request: pytest.FixtureRequest, tmp_path: Path
+    testbed: Any, kube_cluster: KubeCluster, upgrade_target: tuple[Any, str], tmp_path: Path
 ) -> None:
-    server, core, node = _upgrade_target(testbed, request)
-    pod: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"trainer-{node}", "namespace": "default"},
-        "spec": {
-            "nodeName": node,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.invalid/test:1",
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                }
-            ],
-        },
-    }
-    core.create_namespaced_pod("default", pod)
-    core.patch_namespaced_pod_status(
-        pod["metadata"]["name"], "default", {"status": {"phase": "Running"}}
-    )
+    core, node = upgrade_target
+    server = kube_cluster
+    pod = _pod(f"trainer-{node}", node, gpu=True, namespace=WORKLOAD_NS)
+    run_pods(core, [pod])
 
     procs: list[subprocess.Popen[str]] = []
 
     def kill_controller() -> None:
-        os.killpg(procs[0].pid, signal.SIGKILL)
+        kill_tree(procs[0].pid)
 
     with NodeStates(server.client(), node, on_cordon=kill_controller) as first:
         procs.append(_upgrade(testbed, server.kubeconfig, tmp_path, node))
@@ -546,7 +523,7 @@ def test_controller_killed_after_cordon_resumes_and_finishes_the_node(
     assert stranded.spec.unschedulable is True
     assert record["state"] == "in_progress" and record["target"] == "535", record
 
-    with NodeStates(server.client(), node) as second, _Kubelet(server):
+    with NodeStates(server.client(), node) as second:
         again = _upgrade(testbed, server.kubeconfig, tmp_path, node)
         out, _ = again.communicate(timeout=300)
     assert again.returncode == 0, out[-3000:]
@@ -557,33 +534,12 @@ def test_controller_killed_after_cordon_resumes_and_finishes_the_node(
     assert done["started"] == record["started"], (done, record)
     # The GPU pod was evicted by the resumed drain; no state was ever cordoned without record.
     assert pod["metadata"]["name"] not in {
-        p.metadata.name for p in core.list_namespaced_pod("default").items
+        p.metadata.name for p in core.list_namespaced_pod(WORKLOAD_NS).items
     }
     for unschedulable, rec in first.seen + second.seen:
         assert not unschedulable or rec.get("state") in ("in_progress", "failed"), (
             first.seen + second.seen
         )
-
-
-class _Kubelet:
-    """Plays the kubelet: finishes the deletion of evicted pods every half second."""
-
-    def __init__(self, server: Any) -> None:
-        self.server = server
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.wait(0.5):
-            self.server.play_kubelet_finish_deletions()
-
-    def __enter__(self) -> _Kubelet:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
 
 
 STAND_IN_DCGM = """\
@@ -607,15 +563,16 @@ ExecStop=/bin/sleep 5
 """
 
 
-@pytest.mark.apiserver
+@pytest.mark.cluster
 def test_controller_killed_after_the_gpu_consumers_stopped_starts_them_on_resume(
-    testbed: Any, request: pytest.FixtureRequest, tmp_path: Path
+    testbed: Any, kube_cluster: KubeCluster, upgrade_target: tuple[Any, str], tmp_path: Path
 ) -> None:
     """The upgrade stops the node's GPU consumers (here a STAND-IN nvidia-dcgm unit, started
     but not enabled, as a host engine started by hand is) before the driver changes; the
     controller is SIGKILLed the moment the unit stops. The resumed run finds it stopped, and
     starts it again from what the node remembered; nothing of it is left behind."""
-    server, core, node = _upgrade_target(testbed, request)
+    core, node = upgrade_target
+    server = kube_cluster
     unit = "/etc/systemd/system/nvidia-dcgm.service"
     _write(testbed, node, {unit: STAND_IN_DCGM})
     _ssh(
@@ -629,7 +586,7 @@ def test_controller_killed_after_the_gpu_consumers_stopped_starts_them_on_resume
         for line in first.stdout:
             seen.append(line)
             if line.startswith("TASK [") and stopping:
-                os.killpg(first.pid, signal.SIGKILL)
+                kill_tree(first.pid)
                 break
             stopping = stopping or line.startswith("TASK [Stop the GPU consumers")
         first.communicate(timeout=60)
@@ -637,9 +594,8 @@ def test_controller_killed_after_the_gpu_consumers_stopped_starts_them_on_resume
         assert _ssh(testbed, node, "systemctl is-active nvidia-dcgm || true").strip() == "inactive"
         assert json.loads(_ssh(testbed, node, f"cat {STOPPED_FILE}")) == ["nvidia-dcgm.service"]
 
-        with _Kubelet(server):
-            again = _upgrade(testbed, server.kubeconfig, tmp_path, node)
-            out, _ = again.communicate(timeout=300)
+        again = _upgrade(testbed, server.kubeconfig, tmp_path, node)
+        out, _ = again.communicate(timeout=300)
         assert again.returncode == 0, out[-3000:]
         assert _ssh(testbed, node, "systemctl is-active nvidia-dcgm || true").strip() == "active"
         assert _ssh(testbed, node, f"test -e {STOPPED_FILE} && echo left || echo gone").strip() == (
@@ -704,7 +660,7 @@ def test_reset_killed_midway_completes_on_the_next_run_and_keeps_the_other_setti
     for line in first.stdout:
         seen.append(line)
         if line.startswith("TASK [Remove kubegpu's kubelet drop-in]"):
-            os.killpg(first.pid, signal.SIGKILL)
+            kill_tree(first.pid)
             break
     first.communicate(timeout=60)
     assert first.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
@@ -726,16 +682,17 @@ def _boot_id(testbed: Any, node: str) -> str:
     return _ssh(testbed, node, "cat /proc/sys/kernel/random/boot_id").strip()
 
 
-@pytest.mark.apiserver
+@pytest.mark.cluster
 def test_controller_killed_while_the_node_reboots_resumes_and_brings_the_consumers_back(
-    testbed: Any, request: pytest.FixtureRequest, tmp_path: Path
+    testbed: Any, kube_cluster: KubeCluster, upgrade_target: tuple[Any, str], tmp_path: Path
 ) -> None:
     """The upgrade reboots the node (here told by the variable the driver role sets,
     nvidia_driver_installed.reboot_pending, as no driver changes on the testbed) and the
     controller is SIGKILLed while the node goes down. The node boots without the STAND-IN
     nvidia-dcgm unit (started by hand, not enabled); the resumed run reboots it again, proves
     it, starts the unit from what the node remembered and uncordons it."""
-    server, core, node = _upgrade_target(testbed, request)
+    core, node = upgrade_target
+    server = kube_cluster
     unit = "/etc/systemd/system/nvidia-dcgm.service"
     slow = "/etc/systemd/system/kubegpu-test-slow-shutdown.service"
     _write(testbed, node, {unit: STAND_IN_DCGM, slow: SLOW_SHUTDOWN})
@@ -770,7 +727,7 @@ def test_controller_killed_while_the_node_reboots_resumes_and_brings_the_consume
                     if probe.returncode != 0 or probe.stdout.strip() != booted:
                         break
                     time.sleep(0.1)
-                os.killpg(first.pid, signal.SIGKILL)
+                kill_tree(first.pid)
                 break
         first.communicate(timeout=60)
         assert first.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
@@ -786,9 +743,8 @@ def test_controller_killed_while_the_node_reboots_resumes_and_brings_the_consume
         assert _ssh(testbed, node, "systemctl is-active nvidia-dcgm || true").strip() == "inactive"
         assert core.read_node(node).spec.unschedulable is True
 
-        with _Kubelet(server):
-            again = _upgrade(testbed, server.kubeconfig, tmp_path, node, **reboot)
-            out, _ = again.communicate(timeout=600)
+        again = _upgrade(testbed, server.kubeconfig, tmp_path, node, **reboot)
+        out, _ = again.communicate(timeout=600)
         assert again.returncode == 0, out[-3000:]
         assert _ssh(testbed, node, "systemctl is-active nvidia-dcgm || true").strip() == "active"
         assert _ssh(testbed, node, f"test -e {STOPPED_FILE} && echo left || echo gone").strip() == (

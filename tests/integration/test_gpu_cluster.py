@@ -1,15 +1,25 @@
-"""Role gpu_cluster and module gpu_cluster_readiness against the test Kubernetes API server.
+"""Role gpu_cluster and module gpu_cluster_readiness on the test cluster (tests/cluster).
 
-The API server (tests/apiserver) is real: etcd storage, server-side apply with managedFields,
-JSON patch, status subresources, admission-free. No kubelet, scheduler or controller runs, so
-the tests play them where needed: they report 4 GPUs in a node's status, mark component pods
-Running, and mark the smoke test pod Succeeded. Everything kubegpu does goes through
-ansible-playbook with the real role and modules, as playbooks/cluster.yml runs them.
+The control plane is real: the API server with its admission chain, server-side apply, the
+DaemonSet controller making the components' pods, the scheduler binding them and the smoke
+test's pod, garbage collection deleting what a deleted DaemonSet owned, the namespace
+controller finishing a namespace's deletion. The GPU node is a registered Node with no
+kubelet: its kubelet's part is stood in for (tests/cluster/standin.py) and only that: its
+status and heartbeat, its pods' status, the end of their deletions and a container's log. GPU
+Feature Discovery's labels on it are written by the test too (GFD would run on that node).
+Everything kubegpu does goes through ansible-playbook with the real role and modules, as
+playbooks/cluster.yml runs them.
+
+The session's cluster is shared with other test files: the layer goes to a namespace of its
+own, and the module's fixture removes every object it made (a reset of the layer, its
+namespaces and its Node) whatever the outcome.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import hashlib
 import json
 import threading
 import time
@@ -25,25 +35,33 @@ from ansible_collections.kubegpu.gpu.plugins.module_utils import cluster_setting
 from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_api import object_path, send
 from ansible_collections.kubegpu.gpu.plugins.module_utils.data_files import read_templates
 
+from tests.cluster.controlplane import KubeCluster
+from tests.cluster.standin import KubeletStandIn, LogEndpoint, heartbeat, write_pod_status
 from tests.integration import ansible_json
+from tests.processes import kill_tree, wait_for
 
-try:
-    from tests.apiserver.fixture import kube_apiserver  # noqa: F401 - the session fixture
-except ImportError:  # pragma: no cover - the fixture is part of the repository
-    pytest.skip("tests/apiserver/fixture.py is not available", allow_module_level=True)
-
-pytestmark = pytest.mark.apiserver
+pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 NODE = "gpu-node-1"
 QUOTA_NS = "ml-team"
+# The layer's namespace: this module's alone on the session's cluster (created by the role).
+GPU_NS = "kubegpu-gpu-cluster"
+FOREIGN_NS = "helm-gpu"
 GFD_LABELS = "k8s-node/nvidia-docs-gfd-labels-a100-sxm4-mig-single-450.json"
 NODE_STATUS = "k8s-node/podman-desktop-7778-node-status-fragment-nvidia-gpu-1.yaml"
 
 # What the deployment under test asks for: time-slicing x4 by default, one named config, a
 # quota, and a label and a taint for a node that has joined.
 SETTINGS = {
+    "gpu_cluster_namespace": GPU_NS,
+    # node-feature-discovery is deployed and checked on this cluster by test_cluster.py.
+    "gpu_cluster_nfd": "none",
+    # The site's own taint on the node (FOREIGN_TAINT), tolerated by the components.
+    "gpu_cluster_extra_tolerations": [
+        {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}
+    ],
     "gpu_cluster_sharing": {"strategy": "time-slicing", "replicas": 4},
     "gpu_cluster_device_plugin_configs": {"whole": {"sharing": {"strategy": "none"}}},
     "gpu_cluster_quotas": [{"namespace": QUOTA_NS, "gpus": "8", "max_per_container": "4"}],
@@ -56,8 +74,6 @@ SETTINGS = {
     "gpu_cluster_api_timeout": 5,
 }
 FOREIGN_TAINT = {"key": "example.com/maintenance", "effect": "NoSchedule"}
-# The test server answers pods/log with this annotation (there is no kubelet to ask).
-LOG_ANNOTATION = "apiserver.kubegpu.test/log"
 # What the CUDA vectorAdd sample prints when it works.
 SAMPLE_LOG = (
     "[Vector addition of 50000 elements]\nCopy input data from the host memory to the CUDA "
@@ -107,10 +123,13 @@ def run_playbook(
 
 
 class Cluster:
-    """Plain-JSON access to the test API server (the tests' kubelet and kubectl)."""
+    """Plain-JSON access to the API server (the tests' kubectl)."""
 
     def __init__(self, api_client: Any) -> None:
         self.api = api_client
+        # Objects with kubegpu's labels that were on the shared cluster before this module began
+        # (another test file's): owned() leaves them out, so this module counts only its own.
+        self.baseline: set[tuple[str, str, str]] = set()
 
     def call(
         self,
@@ -148,7 +167,9 @@ class Cluster:
         self.call("PATCH", path + "/status", {"status": status}, "application/merge-patch+json")
 
     def owned(self) -> list[tuple[str, str, str, str]]:
-        """Every object with kubegpu's labels, with its resourceVersion."""
+        """Every object with kubegpu's labels, with a digest of what a client may change: all
+        but its status (the controllers' and the kubelet's) and other managers' entries in
+        managedFields. A write by kubegpu changes the digest."""
         found = []
         for path in (
             "/api/v1/namespaces",
@@ -165,17 +186,25 @@ class Cluster:
             "/apis/rbac.authorization.k8s.io/v1/rolebindings",
             "/apis/rbac.authorization.k8s.io/v1/clusterroles",
             "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            # Served by a real control plane, not by the test API server (tests/apiserver).
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
         ):
-            if path.startswith("/apis/apiextensions") and self.get(path) is None:
-                continue
             for obj in self.items(path, cm.OWNED_SELECTOR):
                 meta = obj["metadata"]
-                found.append(
-                    (path, meta.get("namespace", ""), meta["name"], meta["resourceVersion"])
-                )
+                key = (path, meta.get("namespace", ""), meta["name"])
+                if key not in self.baseline:
+                    found.append((*key, _digest(obj)))
         return sorted(found)
+
+
+def _digest(obj: dict[str, Any]) -> str:
+    kept = {key: value for key, value in obj.items() if key != "status"}
+    meta = dict(kept["metadata"])
+    meta.pop("resourceVersion", None)
+    meta["managedFields"] = [
+        entry for entry in meta.get("managedFields") or [] if entry.get("manager") == "kubegpu"
+    ]
+    kept["metadata"] = meta
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def path_of(manifest: dict[str, Any]) -> str:
@@ -190,15 +219,45 @@ def expected_manifests() -> list[dict[str, Any]]:
         {k.removeprefix("gpu_cluster_"): v for k, v in SETTINGS.items()}
     )
     assert errors == []
-    # The test API server serves no CustomResourceDefinitions: NFD is not deployed there
-    # (tests/integration/test_cluster.py deploys it on the real control plane).
+    # No monitoring.coreos.com API on this cluster; NFD is off (SETTINGS).
     caps = {"service_monitor": False, "create_namespace": True, "deploy_nfd": False}
     return cm.render_manifests(config, read_templates(cm.TEMPLATE_FOLDER), caps)
 
 
 @pytest.fixture(scope="module")
-def cluster(kube_apiserver: Any) -> Cluster:
-    cluster = Cluster(kube_apiserver.client())
+def kubelet(kube_cluster: KubeCluster) -> Iterator[dict[str, Any]]:
+    """The stand-in for NODE's kubelet (its container logs' endpoint, the end of its pods'
+    deletions; its heartbeat once play_kubelet registered the node's status)."""
+    with (
+        LogEndpoint(kube_cluster.pki) as logs,
+        KubeletStandIn(kube_cluster.client(), [NODE]) as standin,
+    ):
+        yield {"logs": logs, "standin": standin}
+
+
+def node_taints(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """The node's taints but the node lifecycle controller's own (node.kubernetes.io/...: not
+    ready until its kubelet reports, unreachable when the heartbeat stops)."""
+    return [
+        t
+        for t in node["spec"].get("taints") or []
+        if not t["key"].startswith("node.kubernetes.io/")
+    ]
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    kube_cluster: KubeCluster, kubelet: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """The cluster with the quota's namespace and NODE, a GPU node that has joined; afterwards
+    everything this module made is removed from the shared cluster: the layer (its reset),
+    the namespaces and the Node."""
+    cluster = Cluster(kube_cluster.client())
+    cluster.baseline = {found[:3] for found in cluster.owned()}
+    if cluster.baseline:
+        print(
+            f"\nkubegpu's objects left on the shared cluster by others: {sorted(cluster.baseline)}"
+        )
     cluster.ensure("/api/v1/namespaces", {"metadata": {"name": QUOTA_NS}})
     cluster.ensure(
         "/api/v1/nodes",
@@ -210,18 +269,34 @@ def cluster(kube_apiserver: Any) -> Cluster:
             "spec": {"taints": [FOREIGN_TAINT]},
         },
     )
-    return cluster
+    try:
+        yield cluster
+    finally:
+        tmp = tmp_path_factory.mktemp("gpu-cluster-cleanup")
+        reset = run_playbook("gpu_cluster_reset.yml", str(kube_cluster.kubeconfig), tmp)
+        namespaces = (QUOTA_NS, FOREIGN_NS, FAULT_NS, GPU_NS)
+        for name in namespaces:
+            with contextlib.suppress(Exception):
+                cluster.call("DELETE", f"/api/v1/namespaces/{name}")
+        wait_for(
+            "this module's namespaces deleted (the stand-in kubelet finishing their pods)",
+            lambda: all(cluster.get(f"/api/v1/namespaces/{n}") is None for n in namespaces),
+            timeout_s=180,
+        )
+        cluster.call("DELETE", f"/api/v1/nodes/{NODE}")
+        assert reset["rc"] == 0, reset["failures"] or reset["raw"][-3000:]
+        assert cluster.owned() == []
 
 
 @pytest.fixture(scope="module")
 def deployed(
-    kube_apiserver: Any, cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+    kube_cluster: KubeCluster, cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
     """The role run twice, as playbooks/cluster.yml would run it."""
     tmp = tmp_path_factory.mktemp("gpu-cluster")
-    first = run_playbook("gpu_cluster.yml", str(kube_apiserver.kubeconfig), tmp, SETTINGS)
+    first = run_playbook("gpu_cluster.yml", str(kube_cluster.kubeconfig), tmp, SETTINGS)
     assert first["rc"] == 0, first["failures"] or first["raw"]
-    second = run_playbook("gpu_cluster.yml", str(kube_apiserver.kubeconfig), tmp, SETTINGS)
+    second = run_playbook("gpu_cluster.yml", str(kube_cluster.kubeconfig), tmp, SETTINGS)
     assert second["rc"] == 0, second["failures"] or second["raw"]
     return {"first": first, "second": second, "tmp": tmp}
 
@@ -246,22 +321,29 @@ def test_role_creates_every_object_with_our_labels(
         "ResourceQuota",
         "LimitRange",
     } <= kinds
-    assert "ServiceMonitor" not in kinds  # the test server has no monitoring.coreos.com CRD
+    assert "ServiceMonitor" not in kinds  # the cluster serves no monitoring.coreos.com API
+    assert {(m["kind"], m["metadata"]["name"]) for m in manifests if m["kind"] == "Namespace"} == {
+        ("Namespace", GPU_NS)
+    }  # it did not exist: kubegpu creates it (and a reset deletes it)
     for manifest in manifests:
-        if manifest["kind"] == "Namespace":
-            continue  # kube-system exists already and is not ours: it is not created
         live = cluster.get(path_of(manifest))
         assert live is not None, f"{manifest['kind']} {manifest['metadata']['name']} missing"
         assert cm.is_owned(live), manifest["metadata"]["name"]
         managers = {(f["manager"], f["operation"]) for f in live["metadata"]["managedFields"]}
         assert ("kubegpu", "Apply") in managers, managers
-    configmap = cluster.get(f"/api/v1/namespaces/kube-system/configmaps/{cm.CONFIGMAP_NAME}")
+    configmap = cluster.get(f"/api/v1/namespaces/{GPU_NS}/configmaps/{cm.CONFIGMAP_NAME}")
     assert sorted(configmap["data"]) == ["default", "whole"]
     assert "replicas: 4" in configmap["data"]["default"]
-    quota = cluster.get(f"/api/v1/namespaces/{QUOTA_NS}/resourcequotas/{cm.QUOTA_NAME}")
+    quota_path = f"/api/v1/namespaces/{QUOTA_NS}/resourcequotas/{cm.QUOTA_NAME}"
+    quota = cluster.get(quota_path)
     assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "8"}
-    kube_system = cluster.get("/api/v1/namespaces/kube-system")
-    assert not cm.is_owned(kube_system)
+    # The quota controller took it up: its usage in the namespace, counted.
+    status = wait_for(
+        "the quota's usage computed by the quota controller",
+        lambda: (cluster.get(quota_path).get("status") or {}).get("used"),
+    )
+    assert status == {"requests.nvidia.com/gpu": "0"}
+    assert not cm.is_owned(cluster.get(f"/api/v1/namespaces/{QUOTA_NS}"))  # not created
 
 
 def test_node_labels_and_taints_are_merged_not_replaced(
@@ -272,7 +354,7 @@ def test_node_labels_and_taints_are_merged_not_replaced(
     assert labels["node-role.kubernetes.io/gpu"] == ""
     assert labels["example.com/pool"] == "training"
     assert labels["nvidia.com/gpu.present"] == "true"
-    assert node["spec"]["taints"] == [
+    assert node_taints(node) == [
         FOREIGN_TAINT,
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
     ]
@@ -281,22 +363,22 @@ def test_node_labels_and_taints_are_merged_not_replaced(
 
 
 def test_second_run_and_check_mode_change_nothing(
-    deployed: dict[str, Any], cluster: Cluster, kube_apiserver: Any, tmp_path: Path
+    deployed: dict[str, Any], cluster: Cluster, kube_cluster: KubeCluster, tmp_path: Path
 ) -> None:
     assert deployed["second"]["stats"]["changed"] == 0, deployed["second"]["raw"]
     before = cluster.owned()
     checked = run_playbook(
-        "gpu_cluster.yml", str(kube_apiserver.kubeconfig), tmp_path, SETTINGS, check=True
+        "gpu_cluster.yml", str(kube_cluster.kubeconfig), tmp_path, SETTINGS, check=True
     )
     assert checked["rc"] == 0, checked["failures"]
     assert checked["stats"]["changed"] == 0
     # Changes in check mode are reported, and not made: a new sharing config, and a move to a
-    # namespace that does not exist yet (everything in kube-system would be pruned).
+    # namespace that does not exist yet (everything in GPU_NS would be pruned).
     more = copy.deepcopy(SETTINGS)
     more["gpu_cluster_sharing"]["replicas"] = 8
     more["gpu_cluster_namespace"] = "gpu-fresh"
     changed = run_playbook(
-        "gpu_cluster.yml", str(kube_apiserver.kubeconfig), tmp_path, more, check=True
+        "gpu_cluster.yml", str(kube_cluster.kubeconfig), tmp_path, more, check=True
     )
     assert changed["rc"] == 0, changed["failures"]
     assert changed["stats"]["changed"] > 0
@@ -307,8 +389,25 @@ def test_second_run_and_check_mode_change_nothing(
 # --- readiness ----------------------------------------------------------------------------------
 
 
-def play_kubelet(cluster: Cluster, fixtures_real: Path, gpus: int, replicas: int) -> None:
-    """What the kubelet, device plugin and GFD would do on a node with `gpus` GPUs."""
+def component_pods(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """The components' pods bound to NODE, by DaemonSet: made by the DaemonSet controller,
+    bound by the scheduler."""
+    found = {}
+    for pod in cluster.items(f"/api/v1/namespaces/{GPU_NS}/pods"):
+        owner = next(iter(pod["metadata"].get("ownerReferences") or []), {})
+        if owner.get("kind") == "DaemonSet" and pod["spec"].get("nodeName") == NODE:
+            found[owner["name"]] = pod
+    return found
+
+
+def play_kubelet(
+    cluster: Cluster, kubelet: dict[str, Any], fixtures_real: Path, gpus: int, replicas: int
+) -> None:
+    """What NODE's kubelet (and GFD, and the device plugin through it) would report on a node
+    with `gpus` GPUs: GFD's labels, the node's status with its GPUs and its heartbeat from now
+    on, and the components' pods Running once the real controllers made and bound them."""
+    from kubernetes import client
+
     labels = json.loads((fixtures_real / GFD_LABELS).read_text())
     # That capture (from NVIDIA's documentation) has gpu.machine "NVIDIA DGX" with a space,
     # which the API refuses as a label value; GFD writes such values with '-' for blanks.
@@ -327,90 +426,63 @@ def play_kubelet(cluster: Cluster, fixtures_real: Path, gpus: int, replicas: int
         {"metadata": {"labels": labels}},
         "application/merge-patch+json",
     )
-    # The real status capture of a GPU node, with the GPU count of this test. Its "pods"
-    # entry is left out: the test server refuses it (a bug of tests/apiserver, reported).
+    # The real status capture of a GPU node, with the GPU count of this test; its kubelet
+    # answers on loopback (the stand-in's log endpoint).
     status = yaml.safe_load((fixtures_real / NODE_STATUS).read_text())["status"]
     for field in ("capacity", "allocatable"):
-        status[field].pop("pods")
         status[field]["nvidia.com/gpu"] = str(gpus * replicas)
     cluster.merge_status(
         f"/api/v1/nodes/{NODE}",
         {
             "capacity": status["capacity"],
             "allocatable": status["allocatable"],
-            "addresses": status["addresses"],
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "kubelet is posting ready status",
-                    "lastHeartbeatTime": "2025-01-01T00:00:00Z",
-                    "lastTransitionTime": "2025-01-01T00:00:00Z",
-                }
+            "addresses": [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": NODE},
             ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet["logs"].port}},
         },
     )
-    for ds_name in (cm.DEVICE_PLUGIN_NAME, cm.GFD_NAME, cm.DCGM_NAME):
-        ds = cluster.get(f"/apis/apps/v1/namespaces/kube-system/daemonsets/{ds_name}")
-        template = ds["spec"]["template"]
-        pod_name = f"{ds_name}-{NODE}"
-        pod = {
-            "metadata": {
-                "name": pod_name,
-                "namespace": "kube-system",
-                "labels": template["metadata"]["labels"],
-            },
-            "spec": dict(template["spec"], nodeName=NODE),
-        }
-        cluster.ensure("/api/v1/namespaces/kube-system/pods", pod)
-        statuses = [
-            {
-                "name": c["name"],
-                "ready": True,
-                "restartCount": 0,
-                "image": c["image"],
-                "imageID": "",
-                "state": {"running": {"startedAt": "2025-01-01T00:00:05Z"}},
-            }
-            for c in template["spec"]["containers"]
-        ]
-        cluster.merge_status(
-            f"/api/v1/namespaces/kube-system/pods/{pod_name}",
-            {
-                "phase": "Running",
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "containerStatuses": statuses,
-            },
-        )
+    core = client.CoreV1Api(cluster.api)
+    heartbeat(core, NODE)
+    kubelet["standin"].heartbeat_nodes.append(NODE)
+    wanted = {cm.DEVICE_PLUGIN_NAME, cm.GFD_NAME, cm.DCGM_NAME}
+    pods = wait_for(
+        "the components' pods made by the DaemonSet controller and bound to the node",
+        lambda: found if wanted <= set(found := component_pods(cluster)) else None,
+        timeout_s=180,
+    )
+    for name in sorted(wanted):
+        write_pod_status(core, pods[name]["metadata"]["name"], GPU_NS)
+
+
+# What the readiness playbook is told: the layer's namespace, 4 GPUs per node.
+READINESS = {"gpu_cluster_namespace": GPU_NS, "kubegpu_expected_gpus": 4}
 
 
 def test_readiness_passes_when_the_node_reports_four_gpus(
     deployed: dict[str, Any],
     cluster: Cluster,
-    kube_apiserver: Any,
+    kube_cluster: KubeCluster,
+    kubelet: dict[str, Any],
     tmp_path: Path,
     fixtures_real: Path,
 ) -> None:
-    # Before anything reports GPUs: not ready, with the reason.
+    # Before its kubelet reports: the node is not ready (the node lifecycle controller's
+    # taints keep the DaemonSet controller from placing the components there), with the reason.
     before = run_playbook(
-        "gpu_cluster_readiness.yml",
-        str(kube_apiserver.kubeconfig),
-        tmp_path,
-        {"kubegpu_expected_gpus": 4},
+        "gpu_cluster_readiness.yml", str(kube_cluster.kubeconfig), tmp_path, READINESS
     )
     assert before["rc"] == 0, before["failures"]
     node = before["stats_custom"]["kubegpu_cluster_readiness"][NODE]
     assert node["verdict"] == "not_ready"
     failed = {c["name"] for c in node["checks"] if c["status"] == "fail"}
     assert {"node_ready", "gpu_allocatable", "device_plugin_pod"} <= failed
+    assert component_pods(cluster) == {}
 
-    play_kubelet(cluster, fixtures_real, gpus=4, replicas=4)
+    play_kubelet(cluster, kubelet, fixtures_real, gpus=4, replicas=4)
     after = run_playbook(
-        "gpu_cluster_readiness.yml",
-        str(kube_apiserver.kubeconfig),
-        tmp_path,
-        {"kubegpu_expected_gpus": 4},
+        "gpu_cluster_readiness.yml", str(kube_cluster.kubeconfig), tmp_path, READINESS
     )
     assert after["rc"] == 0, after["failures"]
     node = after["stats_custom"]["kubegpu_cluster_readiness"][NODE]
@@ -418,98 +490,80 @@ def test_readiness_passes_when_the_node_reports_four_gpus(
     allocatable = next(c for c in node["checks"] if c["name"] == "gpu_allocatable")
     assert allocatable["observed"] == "nvidia.com/gpu=16"
     assert "4 GPU(s) x 4 time-slicing replicas" in allocatable["expected"]
-    assert str(kube_apiserver.kubeconfig) not in after["raw"] + after["stderr"]
+    assert str(kube_cluster.kubeconfig) not in after["raw"] + after["stderr"]
 
 
 def test_smoke_test_pod_runs_and_is_always_deleted(
-    deployed: dict[str, Any], cluster: Cluster, kube_apiserver: Any, tmp_path: Path
+    deployed: dict[str, Any],
+    cluster: Cluster,
+    kube_cluster: KubeCluster,
+    kubelet: dict[str, Any],
+    tmp_path: Path,
 ) -> None:
+    """The scheduler binds the smoke pod to the node it asks for (the module's node affinity,
+    its tolerations of the node's taints, one nvidia.com/gpu of the node's allocatable). No
+    kubelet runs it at first: it stays Pending, the check fails, the pod is deleted. Then the
+    stand-in kubelet reports it Succeeded and serves the sample's log to the API server: the
+    module reads it through pods/log, passes, and deletes the pod."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.api)
     smoke_path = "/api/v1/namespaces/default/pods"
     selector = "app.kubernetes.io/name=kubegpu-smoke-test"
-    # Nobody schedules the pod: it stays Pending, the check fails, the pod is deleted.
-    timed_out = run_playbook(
-        "gpu_cluster_readiness.yml",
-        str(kube_apiserver.kubeconfig),
-        tmp_path,
-        {"kubegpu_expected_gpus": 4, "kubegpu_smoke_test": True, "kubegpu_smoke_test_timeout": 4},
-    )
+
+    def smoke_run(timeout: int, on_bound: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The readiness playbook with the smoke test; on_bound is called once for each smoke
+        pod the scheduler bound to NODE. Returns the playbook's result and those pods."""
+        bound: list[dict[str, Any]] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(0.3):
+                for pod in cluster.items(smoke_path, selector):
+                    name = pod["metadata"]["name"]
+                    if pod["spec"].get("nodeName") == NODE and name not in {
+                        b["metadata"]["name"] for b in bound
+                    }:
+                        bound.append(pod)
+                        on_bound(pod)
+
+        thread = threading.Thread(target=watch, daemon=True)
+        thread.start()
+        try:
+            result = run_playbook(
+                "gpu_cluster_readiness.yml",
+                str(kube_cluster.kubeconfig),
+                tmp_path,
+                dict(READINESS, kubegpu_smoke_test=True, kubegpu_smoke_test_timeout=timeout),
+            )
+        finally:
+            stop.set()
+            thread.join()
+        return result, bound
+
+    timed_out, bound = smoke_run(8, lambda pod: None)
     node = timed_out["stats_custom"]["kubegpu_cluster_readiness"][NODE]
     smoke = next(c for c in node["checks"] if c["name"] == "smoke_test")
-    assert smoke["status"] == "fail" and "after 4s" in smoke["observed"], smoke
+    assert smoke["status"] == "fail" and "still Pending after 8s" in smoke["observed"], smoke
+    assert len(bound) == 1, bound  # the scheduler bound it; nothing ran it
     assert cluster.items(smoke_path, selector) == []
 
-    # The test plays the scheduler (binds the pod to the node it asks for) and the kubelet (the
-    # sample ran and printed its pass line; the test server serves a pod's log from an
-    # annotation). The module reads the log, passes, and deletes the pod.
-    stop = threading.Event()
-    seen: list[dict[str, Any]] = []
+    def kubelet_runs_the_sample(pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        kubelet["logs"].logs[f"default/{name}/cuda-sample"] = SAMPLE_LOG
+        write_pod_status(core, name, "default", phase="Succeeded")
 
-    def scheduler_and_kubelet() -> None:
-        while not stop.is_set():
-            for pod in cluster.items(smoke_path, selector):
-                name = pod["metadata"]["name"]
-                if pod.get("status", {}).get("phase") == "Succeeded":
-                    continue
-                seen.append(pod)
-                affinity = pod["spec"]["affinity"]["nodeAffinity"]
-                term = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
-                wanted = term["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
-                if not pod["spec"].get("nodeName"):
-                    cluster.call(
-                        "POST",
-                        f"{smoke_path}/{name}/binding",
-                        {
-                            "apiVersion": "v1",
-                            "kind": "Binding",
-                            "metadata": {"name": name},
-                            "target": {"apiVersion": "v1", "kind": "Node", "name": wanted},
-                        },
-                    )
-                cluster.call(
-                    "PATCH",
-                    f"{smoke_path}/{name}",
-                    {"metadata": {"annotations": {LOG_ANNOTATION: SAMPLE_LOG}}},
-                    "application/merge-patch+json",
-                )
-                cluster.merge_status(
-                    f"{smoke_path}/{name}",
-                    {
-                        "phase": "Succeeded",
-                        "containerStatuses": [
-                            {
-                                "name": "cuda-sample",
-                                "ready": False,
-                                "restartCount": 0,
-                                "image": pod["spec"]["containers"][0]["image"],
-                                "imageID": "",
-                                "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
-                            }
-                        ],
-                    },
-                )
-            time.sleep(0.3)
-
-    thread = threading.Thread(target=scheduler_and_kubelet, daemon=True)
-    thread.start()
-    try:
-        ran = run_playbook(
-            "gpu_cluster_readiness.yml",
-            str(kube_apiserver.kubeconfig),
-            tmp_path,
-            {
-                "kubegpu_expected_gpus": 4,
-                "kubegpu_smoke_test": True,
-                "kubegpu_smoke_test_timeout": 60,
-            },
-        )
-    finally:
-        stop.set()
-        thread.join()
+    ran, seen = smoke_run(60, kubelet_runs_the_sample)
     node = ran["stats_custom"]["kubegpu_cluster_readiness"][NODE]
     smoke = next(c for c in node["checks"] if c["name"] == "smoke_test")
     assert smoke["status"] == "pass", smoke
     assert "Succeeded" in smoke["observed"] and "Test PASSED" in smoke["observed"]
     assert node["verdict"] == "ready"
+    # The log came from the node's kubelet endpoint, through the API server.
+    assert any(
+        path.startswith(f"/containerLogs/default/{seen[0]['metadata']['name']}/cuda-sample")
+        for path in kubelet["logs"].asked
+    ), kubelet["logs"].asked
     pod = seen[0]
     assert pod["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
@@ -591,7 +645,7 @@ def test_bad_input_fails_before_anything_is_applied(
     message: str,
     deployed: dict[str, Any],
     cluster: Cluster,
-    kube_apiserver: Any,
+    kube_cluster: KubeCluster,
     tmp_path: Path,
     unreachable_kubeconfig: str,
 ) -> None:
@@ -601,34 +655,34 @@ def test_bad_input_fails_before_anything_is_applied(
     if extra.get("kubegpu_kubeconfig") == "UNREACHABLE":
         extra["kubegpu_kubeconfig"] = unreachable_kubeconfig
     before = cluster.owned()
-    started = time.monotonic()
-    result = run_playbook("gpu_cluster.yml", str(kube_apiserver.kubeconfig), tmp_path, extra)
+    result = run_playbook("gpu_cluster.yml", str(kube_cluster.kubeconfig), tmp_path, extra)
     assert result["rc"] != 0
     assert result["stats"]["changed"] == 0
     assert any(message in f for f in result["failures"]), result["failures"]
     assert cluster.owned() == before
     assert "never-printed-token" not in result["raw"] + result["stderr"]
-    if "cannot reach" in message:
-        assert time.monotonic() - started < 60
 
 
 def test_objects_kubegpu_did_not_create_are_not_taken_over(
-    deployed: dict[str, Any], cluster: Cluster, kube_apiserver: Any, tmp_path: Path
+    deployed: dict[str, Any], cluster: Cluster, kube_cluster: KubeCluster, tmp_path: Path
 ) -> None:
-    cluster.ensure("/api/v1/namespaces", {"metadata": {"name": "helm-gpu"}})
+    cluster.ensure("/api/v1/namespaces", {"metadata": {"name": FOREIGN_NS}})
     foreign = copy.deepcopy(next(m for m in expected_manifests() if m["kind"] == "DaemonSet"))
     foreign["metadata"] = {
         "name": cm.DEVICE_PLUGIN_NAME,
-        "namespace": "helm-gpu",
+        "namespace": FOREIGN_NS,
         "labels": {"app.kubernetes.io/managed-by": "Helm"},
     }
-    cluster.ensure("/apis/apps/v1/namespaces/helm-gpu/daemonsets", foreign)
+    # On no node: the DaemonSet controller makes no pod of it (its pods would carry the
+    # labels of kubegpu's template).
+    foreign["spec"]["template"]["spec"]["nodeSelector"] = {"example.com/helm-gpu": "nowhere"}
+    cluster.ensure(f"/apis/apps/v1/namespaces/{FOREIGN_NS}/daemonsets", foreign)
     before = cluster.owned()
     result = run_playbook(
         "gpu_cluster.yml",
-        str(kube_apiserver.kubeconfig),
+        str(kube_cluster.kubeconfig),
         tmp_path,
-        dict(SETTINGS, gpu_cluster_namespace="helm-gpu"),
+        dict(SETTINGS, gpu_cluster_namespace=FOREIGN_NS),
     )
     assert result["rc"] != 0
     assert any(
@@ -642,29 +696,32 @@ def test_objects_kubegpu_did_not_create_are_not_taken_over(
 
 
 def test_reset_deletes_exactly_what_kubegpu_created(
-    deployed: dict[str, Any], cluster: Cluster, kube_apiserver: Any, tmp_path: Path
+    deployed: dict[str, Any], cluster: Cluster, kube_cluster: KubeCluster, tmp_path: Path
 ) -> None:
     cluster.ensure(
-        "/api/v1/namespaces/kube-system/configmaps",
+        f"/api/v1/namespaces/{QUOTA_NS}/configmaps",
         {"metadata": {"name": "not-ours"}, "data": {"a": "b"}},
     )
-    assert cluster.owned()
-    result = run_playbook("gpu_cluster_reset.yml", str(kube_apiserver.kubeconfig), tmp_path)
+    owned = cluster.owned()
+    assert ("/api/v1/namespaces", "", GPU_NS) in {o[:3] for o in owned}
+    assert any(path == "/api/v1/pods" for path, *_ in owned)  # the DaemonSets' pods
+    result = run_playbook("gpu_cluster_reset.yml", str(kube_cluster.kubeconfig), tmp_path)
     assert result["rc"] == 0, result["failures"]
     assert result["stats"]["changed"] > 0
-    # The component pods the tests made were bound to the node: the kubelet finishes deleting.
-    kube_apiserver.play_kubelet_finish_deletions("kube-system")
-    assert cluster.owned() == []
-    assert cluster.get("/api/v1/namespaces/kube-system/configmaps/not-ours") is not None
-    assert cluster.get(f"/apis/apps/v1/namespaces/helm-gpu/daemonsets/{cm.DEVICE_PLUGIN_NAME}")
+    # Garbage collection deletes the DaemonSets' pods (the stand-in kubelet finishes their
+    # deletion on the node), the namespace controller empties and removes the namespace.
+    wait_for("everything kubegpu created gone", lambda: cluster.owned() == [], timeout_s=180)
+    assert cluster.get(f"/api/v1/namespaces/{GPU_NS}") is None
+    assert cluster.get(f"/api/v1/namespaces/{QUOTA_NS}/configmaps/not-ours") is not None
+    assert cluster.get(f"/apis/apps/v1/namespaces/{FOREIGN_NS}/daemonsets/{cm.DEVICE_PLUGIN_NAME}")
     assert cluster.get(f"/api/v1/namespaces/{QUOTA_NS}") is not None  # not ours: kept
     node = cluster.get(f"/api/v1/nodes/{NODE}")
     assert "node-role.kubernetes.io/gpu" not in node["metadata"]["labels"]
     assert "example.com/pool" not in node["metadata"]["labels"]
     assert node["metadata"]["labels"]["nvidia.com/gpu.present"] == "true"  # not ours: kept
-    assert node["spec"]["taints"] == [FOREIGN_TAINT]
+    assert node_taints(node) == [FOREIGN_TAINT]
     assert cn.APPLIED_LABELS_ANNOTATION not in (node["metadata"].get("annotations") or {})
-    again = run_playbook("gpu_cluster_reset.yml", str(kube_apiserver.kubeconfig), tmp_path)
+    again = run_playbook("gpu_cluster_reset.yml", str(kube_cluster.kubeconfig), tmp_path)
     assert again["rc"] == 0 and again["stats"]["changed"] == 0
 
 
@@ -680,7 +737,7 @@ FAULT_SETTINGS = {
 
 
 def _start(kubeconfig: str, tmp: Path, settings: dict[str, Any]) -> Any:
-    """The cluster layer's playbook as a process the test can kill (its own process group)."""
+    """The cluster layer's playbook as a process the test can kill (in a session of its own)."""
     import subprocess
     import sys
 
@@ -705,11 +762,8 @@ def _start(kubeconfig: str, tmp: Path, settings: dict[str, Any]) -> Any:
 
 
 def _kill_on(api_client: Any, kind_path: str, event_type: str, proc: Any) -> threading.Thread:
-    """A real watch on kind_path (namespaced in FAULT_NS): SIGKILLs the controller's process
-    group at the first event of event_type."""
-    import os
-    import signal
-
+    """A real watch on kind_path (namespaced in FAULT_NS): SIGKILLs the controller, its whole
+    process tree, at the first event of event_type."""
     from kubernetes import watch
 
     core_paths = {
@@ -731,7 +785,7 @@ def _kill_on(api_client: Any, kind_path: str, event_type: str, proc: Any) -> thr
             lister, FAULT_NS, resource_version=existing, timeout_seconds=120
         ):
             if event["type"] == event_type:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_tree(proc.pid)
                 return
 
     thread = threading.Thread(target=run, daemon=True)
@@ -746,21 +800,18 @@ def _ours_in_namespace(cluster: Cluster) -> list[tuple[str, str]]:
     )
 
 
-@pytest.mark.parametrize("server_fixture", ["kube_apiserver", "kube_cluster"])
 def test_a_controller_killed_mid_apply_and_mid_prune_converges_on_the_next_run(
-    server_fixture: str, request: pytest.FixtureRequest, tmp_path: Path
+    kube_cluster: KubeCluster, cluster: Cluster, tmp_path: Path
 ) -> None:
-    """On the test API server and on the real control plane (tests/cluster: its controllers
-    act on what is applied). Killed (SIGKILL, the whole process group) the moment the first
-    ServiceAccount of the layer appears: part of the layer is there. The next run applies the rest, the run after
-    changes nothing. Then, with the DCGM exporter switched off, killed the moment the first of
-    its objects is deleted: the next run prunes the rest and keeps everything else."""
+    """While the controllers act on what is applied. Killed (SIGKILL, its whole process tree)
+    the moment the first ServiceAccount of the layer appears: part of the layer is there. The
+    next run applies the rest, the run after changes nothing. Then, with the DCGM exporter
+    switched off, killed the moment the first of its objects is deleted: the next run prunes
+    the rest and keeps everything else. (The module's fixture removes the layer afterwards.)"""
     import signal
 
-    server = request.getfixturevalue(server_fixture)
-    kubeconfig = str(server.kubeconfig)
-    client = server.client()
-    cluster = Cluster(client)
+    kubeconfig = str(kube_cluster.kubeconfig)
+    client = kube_cluster.client()
     cluster.ensure("/api/v1/namespaces", {"metadata": {"name": FAULT_NS}})
 
     first = _start(kubeconfig, tmp_path, FAULT_SETTINGS)

@@ -1,11 +1,15 @@
-"""playbooks/upgrade_driver.yml on testbed nodes, against the test Kubernetes API server, and
-gpu_node_maintenance's drain blocked by a budget on the real test cluster (tests/cluster): a
-node joined by a real kubelet, the budget's status computed by the real disruption controller.
+"""playbooks/upgrade_driver.yml on testbed nodes against the test cluster (tests/cluster), and
+gpu_node_maintenance's drain blocked by a budget on a node joined by a real kubelet, the
+budget's status computed by the real disruption controller.
 
-The nodes are real (systemd-nspawn, over SSH) and so is the API machinery (etcd, watch,
-merge patch, the Eviction subresource). What cannot exist here is stood in for and said so:
-every node's GPU is SIMULATED (a replayed real nvidia-smi capture, driver 515), and the
-test plays the kubelet by finishing the deletion of evicted pods.
+The nodes are real (systemd-nspawn, over SSH) and so is the control plane: the playbook's
+Kubernetes tasks run on the controller (this host), which reaches the API server on loopback;
+the Eviction API decides, the DaemonSet controller and the scheduler place a DaemonSet's pod,
+garbage collection and the node lifecycle controller act. What cannot exist here is stood in
+for and said so: every node's GPU is SIMULATED (a replayed real nvidia-smi capture, driver
+515), and the nodes run no kubelet, so its part is stood in for (tests/cluster/standin.py): the
+Node as its registration writes it and its heartbeat, its pods' status, and the end of the
+deletion of evicted pods.
 
 The driver and container-toolkit steps are skipped (--skip-tags driver,toolkit): installing
 the driver packages on three nodes costs minutes on this machine and is covered by the
@@ -21,11 +25,14 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cluster.controlplane import KubeCluster, register_node
+from tests.cluster.standin import KubeletStandIn, finish_deletions, write_pod_status
 from tests.integration import ansible_json
 from tests.integration.test_nvml_standin import (  # noqa: F401 - built and joined are fixtures
     SHELL_IMAGE,
@@ -36,15 +43,14 @@ from tests.integration.test_nvml_standin import (  # noqa: F401 - built and join
 )
 from tests.processes import wait_for
 
-try:
-    from tests.apiserver.fixture import kube_apiserver  # noqa: F401 - the session fixture
-except ImportError:  # pragma: no cover - the server is built by another part
-    pytest.skip("tests/apiserver/fixture.py is not available", allow_module_level=True)
-
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ANNOTATION = "kubegpu.io/driver-upgrade"
 REPO = Path(__file__).resolve().parents[2]
+# The workload pods of these tests, in a namespace of their own on the session's cluster.
+WORKLOAD_NS = "kubegpu-upgrade"
+# Each node's one SIMULATED GPU, as the device plugin advertises it time-shared by 2.
+NODE_RESOURCES = {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "2"}
 
 
 def _record(node: Any) -> dict[str, Any]:
@@ -88,49 +94,116 @@ class NodeWatch:
         self.thread.join(timeout=10)
 
 
-class KubeletPlayer:
-    """Plays the kubelet: removes pods marked for deletion (evicted), every half second."""
-
-    def __init__(self, server: Any) -> None:
-        self.server = server
-        self.removed: list[str] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.wait(0.5):
-            self.removed += self.server.play_kubelet_finish_deletions()
-
-    def __enter__(self) -> KubeletPlayer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
-
-
-def _pod(name: str, node: str, gpu: bool, daemonset: bool = False) -> dict[str, Any]:
+def _pod(name: str, node: str, gpu: bool, namespace: str = WORKLOAD_NS) -> dict[str, Any]:
+    """A pod bound to ``node`` (spec.nodeName, as a pod the scheduler placed)."""
     container: dict[str, Any] = {"name": "main", "image": "registry.invalid/test:1"}
     if gpu:
         container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
-    meta: dict[str, Any] = {"name": name, "namespace": "default", "labels": {"app": name}}
-    if daemonset:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": "apps/v1",
-                "kind": "DaemonSet",
-                "name": "gpu-agent",
-                "uid": "00000000-0000-0000-0000-000000000001",
-                "controller": True,
-            }
-        ]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": meta,
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": name}},
         "spec": {"nodeName": node, "containers": [container]},
     }
+
+
+def run_pods(core: Any, pods: list[dict[str, Any]]) -> None:
+    """Create the pods; their kubelet's stand-in reports them Running."""
+    for pod in pods:
+        meta = pod["metadata"]
+        core.create_namespaced_pod(meta["namespace"], pod)
+        write_pod_status(core, meta["name"], meta["namespace"])
+
+
+def pinned_daemonset(
+    api_client: Any,
+    namespace: str,
+    name: str,
+    node: str,
+    labels: dict[str, str],
+    limits: dict[str, str] | None = None,
+) -> str:
+    """A DaemonSet whose node selector picks ``node`` only; returns the name of the pod the
+    DaemonSet controller made for it, once the scheduler bound it and its kubelet's stand-in
+    reported it Running."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    client.AppsV1Api(api_client).create_namespaced_daemon_set(
+        namespace,
+        {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": node},
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "registry.invalid/agent:1",
+                                "resources": {"limits": limits or {}},
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+    )
+    pod = wait_for(
+        f"DaemonSet {name}'s pod bound to {node}",
+        lambda: daemonset_pod(core, namespace, name, node),
+        timeout_s=120,
+    )
+    write_pod_status(core, pod, namespace)
+    return str(pod)
+
+
+def daemonset_pod(core: Any, namespace: str, daemonset: str, node: str) -> str | None:
+    """The name of DaemonSet ``daemonset``'s pod on ``node`` that is not being deleted."""
+    for pod in core.list_namespaced_pod(namespace, field_selector=f"spec.nodeName={node}").items:
+        owners = pod.metadata.owner_references or []
+        if pod.metadata.deletion_timestamp is None and any(
+            o.kind == "DaemonSet" and o.name == daemonset for o in owners
+        ):
+            return str(pod.metadata.name)
+    return None
+
+
+@contextlib.contextmanager
+def kubelet_free_nodes(
+    kube_cluster: KubeCluster, names: list[str], namespace: str
+) -> Iterator[tuple[Any, KubeletStandIn]]:
+    """The testbed nodes ``names`` on the cluster as their kubelets would register them (Ready,
+    with the simulated GPU), schedulable and without an upgrade record, their heartbeat and the
+    end of their pods' deletions stood in for; the namespace ``namespace`` for their pods.
+    Afterwards the namespace is deleted and the nodes this made are removed."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_cluster.client())
+    existing = {n.metadata.name for n in core.list_node().items}
+    made = [name for name in names if name not in existing]
+    for name in made:
+        register_node(core, name, {}, NODE_RESOURCES)
+    for name in names:
+        core.patch_node(
+            name, {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None}}}
+        )
+    core.create_namespace({"metadata": {"name": namespace}})
+    try:
+        with KubeletStandIn(kube_cluster.client(), names, heartbeat_nodes=names) as standin:
+            yield core, standin
+    finally:
+        core.delete_namespace(namespace)
+
+        def emptied() -> bool:
+            finish_deletions(core, names)
+            return namespace not in {n.metadata.name for n in core.list_namespace().items}
+
+        wait_for(f"namespace {namespace} deleted", emptied, timeout_s=180)
+        for name in made:
+            core.delete_node(name)
 
 
 def _run_playbook(
@@ -163,50 +236,60 @@ SETTINGS = {
 }
 
 
-@pytest.mark.apiserver
 def test_rolling_upgrade_cordons_one_at_a_time_skips_foreign_cordons_and_keeps_failures(
-    testbed: Any, kube_apiserver: Any, tmp_path: Path
+    testbed: Any, kube_cluster: KubeCluster, tmp_path: Path
 ) -> None:
-    from kubernetes import client
-
     if not all(n.simulated_gpu for n in testbed.nodes) or len(testbed.nodes) < 3:
         pytest.skip(
             "needs 3 testbed nodes, each with a simulated GPU "
             "(KUBEGPU_TESTBED_SIMULATE_GPU=node1=...,node2=...,node3=...)"
         )
-    core = client.CoreV1Api(kube_apiserver.client())
     foreign, upgraded, failing = testbed.node_names[:3]
-    for name in (foreign, upgraded, failing):
-        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
-    # Someone else's cordon: no kubegpu record. It must be left as it is.
-    core.patch_node(foreign, {"spec": {"unschedulable": True}})
-    # On the node that upgrades: a GPU pod (evicted), a plain pod and a DaemonSet pod (kept).
-    for pod in (
-        _pod("trainer", upgraded, gpu=True),
-        _pod("web", upgraded, gpu=False),
-        _pod("gpu-agent-x", upgraded, gpu=True, daemonset=True),
+    with kubelet_free_nodes(kube_cluster, [foreign, upgraded, failing], WORKLOAD_NS) as (
+        core,
+        kubelet,
     ):
-        core.create_namespaced_pod("default", pod)
-        core.patch_namespaced_pod_status(
-            pod["metadata"]["name"], "default", {"status": {"phase": "Running"}}
+        # On the node that upgrades: a GPU pod (evicted), a plain pod and a DaemonSet's GPU pod
+        # (kept), the last made by the DaemonSet controller and bound by the scheduler.
+        agent = pinned_daemonset(
+            kube_cluster.client(),
+            WORKLOAD_NS,
+            "gpu-agent",
+            upgraded,
+            {"app": "gpu-agent"},
+            {"nvidia.com/gpu": "1"},
         )
+        run_pods(core, [_pod("trainer", upgraded, gpu=True), _pod("web", upgraded, gpu=False)])
+        # Someone else's cordon: no kubegpu record. It must be left as it is.
+        core.patch_node(foreign, {"spec": {"unschedulable": True}})
+        _rolling_upgrade(testbed, kube_cluster, tmp_path, core, kubelet, agent)
+
+
+def _rolling_upgrade(
+    testbed: Any,
+    kube_cluster: KubeCluster,
+    tmp_path: Path,
+    core: Any,
+    kubelet: KubeletStandIn,
+    agent: str,
+) -> None:
+    foreign, upgraded, failing = testbed.node_names[:3]
     # The failing node is asked for 2 GPUs; its simulated capture has 1.
     (tmp_path / "hosts.yml").write_text(
         "all:\n  children:\n    gpu_nodes:\n      hosts:\n"
         f"        {failing}:\n          kubegpu_expected_gpu_count: 2\n"
     )
 
-    watcher = NodeWatch(kube_apiserver.client(), ignore={foreign})
+    watcher = NodeWatch(kube_cluster.client(), ignore={foreign})
     watcher.start()
     time.sleep(1)
     try:
-        with KubeletPlayer(kube_apiserver) as kubelet:
-            proc = _run_playbook(testbed, kube_apiserver.kubeconfig, tmp_path, SETTINGS)
+        proc = _run_playbook(testbed, kube_cluster.kubeconfig, tmp_path, SETTINGS)
         time.sleep(3)
     finally:
         watcher.finish()
     output = proc.stdout + proc.stderr
-    assert str(kube_apiserver.kubeconfig) not in output
+    assert str(kube_cluster.kubeconfig) not in output
 
     # The failing node fails the run (max_fail_percentage 0), after the others.
     assert proc.returncode != 0, output[-3000:]
@@ -218,13 +301,14 @@ def test_rolling_upgrade_cordons_one_at_a_time_skips_foreign_cordons_and_keeps_f
     assert nodes[foreign].spec.unschedulable is True
     assert _record(nodes[foreign]) == {}
     assert f"{foreign} skipped: cordoned before this run and not by kubegpu" in output
-    # Upgraded: schedulable again, record done, only the GPU pod evicted.
+    # Upgraded: schedulable again, record done, only the GPU pod evicted (the Eviction API
+    # marked it, its kubelet's stand-in finished it).
     assert not nodes[upgraded].spec.unschedulable
     done = _record(nodes[upgraded])
     assert done["state"] == "done" and done["target"] == "535", done
-    assert kubelet.removed == ["default/trainer"]
-    left = {p.metadata.name for p in core.list_namespaced_pod("default").items}
-    assert left == {"web", "gpu-agent-x"}
+    assert kubelet.removed == [f"{WORKLOAD_NS}/trainer"], kubelet.removed
+    left = {p.metadata.name for p in core.list_namespaced_pod(WORKLOAD_NS).items}
+    assert left == {"web", agent}
     # Failed: still cordoned, record says why and when.
     assert nodes[failing].spec.unschedulable is True
     failed = _record(nodes[failing])
@@ -234,13 +318,13 @@ def test_rolling_upgrade_cordons_one_at_a_time_skips_foreign_cordons_and_keeps_f
 
     # Fixed, run again on the failed node: it is resumed (not skipped), proved and uncordoned.
     (tmp_path / "hosts.yml").write_text("all: {}\n")
-    watcher2 = NodeWatch(kube_apiserver.client(), ignore={foreign})
+    watcher2 = NodeWatch(kube_cluster.client(), ignore={foreign})
     watcher2.start()
     time.sleep(1)
     try:
         again = _run_playbook(
             testbed,
-            kube_apiserver.kubeconfig,
+            kube_cluster.kubeconfig,
             tmp_path,
             SETTINGS,
             "--limit",
@@ -386,45 +470,35 @@ def _module_drain_blocked(kubeconfig: Path, ansible_bin: Path, core: Any, name: 
     assert left.status.phase == "Running"
 
 
-@pytest.mark.apiserver
 def test_serial_two_upgrades_two_nodes_at_a_time(
-    testbed: Any, kube_apiserver: Any, tmp_path: Path
+    testbed: Any, kube_cluster: KubeCluster, tmp_path: Path
 ) -> None:
-    from kubernetes import client
-
     if not all(n.simulated_gpu for n in testbed.nodes) or len(testbed.nodes) < 3:
         pytest.skip("needs 3 testbed nodes, each with a simulated GPU")
-    core = client.CoreV1Api(kube_apiserver.client())
     names = testbed.node_names[:3]
-    existing = {n.metadata.name for n in core.list_node().items}
-    for name in names:
-        if name not in existing:
-            core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
-        # A clean slate: schedulable, no record (whatever an earlier test left).
-        core.patch_node(
-            name, {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None}}}
-        )
-    (tmp_path / "hosts.yml").write_text("all: {}\n")
-    # Nodes other tests left behind (a PDB test's cordoned node) are not this run's.
-    watcher = NodeWatch(kube_apiserver.client(), ignore=existing - set(names))
-    watcher.start()
-    time.sleep(1)
-    try:
-        proc = _run_playbook(
-            testbed,
-            kube_apiserver.kubeconfig,
-            tmp_path,
-            {**SETTINGS, "kubegpu_upgrade_serial": 2},
-        )
-        time.sleep(3)
-    finally:
-        watcher.finish()
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    # Batches of two in inventory order: both of the first batch before the third node.
-    assert sorted(watcher.cordon_order[:2]) == sorted(names[:2])
-    assert watcher.cordon_order[2:] == [names[2]]
-    assert watcher.max_cordoned == 2
-    for node in core.list_node().items:
-        if node.metadata.name in names:
-            assert not node.spec.unschedulable
-            assert _record(node)["state"] == "done"
+    with kubelet_free_nodes(kube_cluster, names, WORKLOAD_NS) as (core, _):
+        (tmp_path / "hosts.yml").write_text("all: {}\n")
+        # Nodes other tests registered are not this run's.
+        others = {n.metadata.name for n in core.list_node().items} - set(names)
+        watcher = NodeWatch(kube_cluster.client(), ignore=others)
+        watcher.start()
+        time.sleep(1)
+        try:
+            proc = _run_playbook(
+                testbed,
+                kube_cluster.kubeconfig,
+                tmp_path,
+                {**SETTINGS, "kubegpu_upgrade_serial": 2},
+            )
+            time.sleep(3)
+        finally:
+            watcher.finish()
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        # Batches of two in inventory order: both of the first batch before the third node.
+        assert sorted(watcher.cordon_order[:2]) == sorted(names[:2])
+        assert watcher.cordon_order[2:] == [names[2]]
+        assert watcher.max_cordoned == 2
+        for node in core.list_node().items:
+            if node.metadata.name in names:
+                assert not node.spec.unschedulable
+                assert _record(node)["state"] == "done"
