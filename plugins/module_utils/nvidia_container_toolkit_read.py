@@ -11,9 +11,12 @@ package query) prints lines that say what they are: "pkg NAME STATUS" (the helpe
 PATH" (another APT source listing the repository), "keyring SHA256 MODE USER GROUP", "own
 SHA256 MODE USER GROUP" (the role's source), "dir TYPE MODE USER GROUP" (the keyrings folder),
 "other PATH" (a keyring of the other format), "pin SHA256 MODE USER GROUP", "verified SHA256
-FINGERPRINT" (the keyring last checked against a fingerprint) and, with no prefix,
-the toolkit packages' rows NAME|STATUS-ABBREV|VERSION|SELECTION. kubegpu.gpu.read_script
-returns this plan with the read (its `plan` option)."""
+FINGERPRINT" (the keyring last checked against a fingerprint), "refresh-unit" (the toolkit ships
+NVIDIA's nvidia-cdi-refresh.path), "refresh-dropin SHA256 MODE USER GROUP" (the role's drop-in
+for NVIDIA's refresh service), "refresh-state ENABLED ACTIVE" (systemctl is-enabled and
+is-active of the path unit) and, with no prefix, the toolkit packages' rows
+NAME|STATUS-ABBREV|VERSION|SELECTION. kubegpu.gpu.read_script returns this plan with the read
+(its `plan` option)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -65,7 +68,12 @@ def plan(stdout, args):
     Returns other_sources, helpers_missing, keyring_dir_stale, key_stale, key_unverified (a
     fingerprint is pinned and the keyring there was not checked against it), source_stale,
     pin_in_place, installed, outdated, unsettled, unselected, packages_work (without a
-    repository change, which the role adds), install_work and setup_work."""
+    repository change, which the role adds), install_work and setup_work; and, for NVIDIA's
+    CDI refresh units, refresh_units (the toolkit ships them), refresh_dropin_present,
+    refresh_work (the role's drop-in differs from refresh_dropin_content, an optional argument,
+    or the path unit is not enabled and active) and refresh_settled (units shipped, no
+    refresh_work). Packages installed later in the run make the refresh fields stale: the role
+    uses them only where setup_work is false."""
     missing_keys = [key for key in _KEYS if key not in args]
     if missing_keys:
         raise ToolkitPlanError("plan_args lacks %s" % ", ".join(missing_keys))
@@ -136,6 +144,18 @@ def plan(stdout, args):
         "unselected": unselected,
         "packages_work": packages_work,
     }
+    refresh_units = "refresh-unit" in lines
+    dropin = ([*_fields(lines, "refresh-dropin"), ["refresh-dropin"]])[0]
+    dropin_content = args.get("refresh_dropin_content")
+    refresh_work = refresh_units and (
+        dropin_content is None
+        or dropin[1:] != [_sha256(dropin_content), *_OWNED]
+        or ["refresh-state", "enabled", "active"] not in [line.split(" ") for line in lines]
+    )
+    result["refresh_units"] = refresh_units
+    result["refresh_dropin_present"] = len(dropin) > 1
+    result["refresh_work"] = refresh_work
+    result["refresh_settled"] = refresh_units and not refresh_work
     result["install_work"] = (
         args["os_family"] != "Debian" or not repo_manage or not pin_in_place or packages_work
     )

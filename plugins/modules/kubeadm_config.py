@@ -18,7 +18,9 @@ description:
     node, that containerd's SystemdCgroup agrees with the kubelet's cgroup driver; fails with
     every problem, naming the variable, before anything changes.
   - Tells whether the node is already in a cluster (C(/etc/kubernetes/kubelet.conf) exists), so
-    that it is never initialised or joined twice.
+    that it is never joined twice. Whether the first control-plane host is initialised is the
+    role's to decide (admin.conf and the kubeadm-config ConfigMap its API server holds), since
+    kubeadm init writes kubelet.conf before the control plane is up.
   - With O(mode=init), writes the InitConfiguration, ClusterConfiguration and
     KubeletConfiguration (kubeadm.k8s.io/v1beta4) for C(kubeadm init --config) to O(path);
     with O(mode=join), the JoinConfiguration with the bootstrap token (mode 0600; the caller

@@ -28,7 +28,7 @@ from email.utils import formatdate
 from importlib import resources
 from pathlib import Path
 
-from kubegpu.testbed import toolkit_build
+from kubegpu.testbed import gobuild, toolkit_build
 from kubegpu.testbed._proc import run, write_file
 
 # The pin (the newest) and an older release without NVIDIA's CDI refresh units, for the
@@ -267,20 +267,24 @@ def packages_index(debs: list[Path], base: Path) -> str:
     return "\n".join(stanzas)
 
 
-def release_file(folder: Path, names: list[str]) -> str:
+def write_release(flat: Path, debs: list[Path], label: str, description: str = "") -> None:
+    """Index the .debs of a flat repository: Packages, Packages.gz and the Release file over
+    them (Origin "kubegpu testbed", ``label``, and ``description`` when given), unsigned."""
+    index = packages_index(debs, flat)
+    write_file(flat / "Packages", index)
+    write_file(flat / "Packages.gz", gzip.compress(index.encode(), mtime=0))
     lines = [
         "Origin: kubegpu testbed",
-        "Label: kubegpu testbed vendor repository (built from source, and TEST DOUBLES)",
+        f"Label: {label}",
         f"Date: {formatdate(usegmt=True)}",
         "Architectures: amd64",
-        "Description: vendor-only packages built by the kubegpu testbed: NVIDIA's container"
-        " toolkit from source, libnvidia-container as test doubles",
+        *([f"Description: {description}"] if description else []),
         "SHA256:",
     ]
-    for name in names:
-        data = (folder / name).read_bytes()
+    for name in ("Packages", "Packages.gz"):
+        data = (flat / name).read_bytes()
         lines.append(f" {hashlib.sha256(data).hexdigest()} {len(data):>8} {name}")
-    return "\n".join(lines) + "\n"
+    write_file(flat / "Release", "\n".join(lines) + "\n")
 
 
 @dataclass(frozen=True)
@@ -314,9 +318,9 @@ def _cached_debs(version: str, flat: Path, work: Path) -> list[Path]:
             partial.mkdir()
             for spec in package_specs(version, build):
                 build_deb(spec, version, partial, work)
-            for old in kept.parent.glob("debs-*"):
-                shutil.rmtree(old, ignore_errors=True)
             partial.rename(kept)
+            os.utime(kept)
+            gobuild.prune(kept.parent, "debs-*")
     debs = []
     for deb in sorted(kept.glob("*.deb")):
         shutil.copyfile(deb, flat / deb.name)
@@ -335,10 +339,13 @@ def build_repo(folder: Path) -> VendorRepo:
     debs = []
     for version in VERSIONS:
         debs += _cached_debs(version, flat, work)
-    index = packages_index(debs, flat)
-    write_file(flat / "Packages", index)
-    write_file(flat / "Packages.gz", gzip.compress(index.encode(), mtime=0))
-    write_file(flat / "Release", release_file(flat, ["Packages", "Packages.gz"]))
+    write_release(
+        flat,
+        debs,
+        "kubegpu testbed vendor repository (built from source, and TEST DOUBLES)",
+        "vendor-only packages built by the kubegpu testbed: NVIDIA's container toolkit from"
+        " source, libnvidia-container as test doubles",
+    )
     keyring = _sign(folder, flat)
     shutil.copy2(keyring, serve / REPO_PATH / "gpgkey.gpg")
     shutil.rmtree(work)

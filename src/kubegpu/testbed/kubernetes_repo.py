@@ -25,14 +25,11 @@ package says it was built by the kubegpu testbed, not by the Kubernetes project.
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import os
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from email.utils import formatdate
 from pathlib import Path
 
 from kubegpu.testbed import aptrepo
@@ -249,20 +246,6 @@ def build_deb(package: Package, out_dir: Path, work: Path) -> Path:
     return deb
 
 
-def _release(flat: Path, names: list[str], minor: str) -> str:
-    lines = [
-        "Origin: kubegpu testbed",
-        f"Label: Kubernetes v{minor} packages built by the kubegpu testbed",
-        f"Date: {formatdate(usegmt=True)}",
-        "Architectures: amd64",
-        "SHA256:",
-    ]
-    for name in names:
-        data = (flat / name).read_bytes()
-        lines.append(f" {hashlib.sha256(data).hexdigest()} {len(data):>8} {name}")
-    return "\n".join(lines) + "\n"
-
-
 def publish(
     served_root: Path, folder: Path, binaries: dict[str, str], kubernetes_version: str
 ) -> KubernetesRepo:
@@ -280,10 +263,7 @@ def publish(
         build_deb(p, flat, work)
         for p in packages(binaries, kubernetes_version, folder.parent / "cni-cache")
     ]
-    index = aptrepo.packages_index(debs, flat)
-    write_file(flat / "Packages", index)
-    write_file(flat / "Packages.gz", gzip.compress(index.encode(), mtime=0))
-    write_file(flat / "Release", _release(flat, ["Packages", "Packages.gz"], minor))
+    aptrepo.write_release(flat, debs, f"Kubernetes v{minor} packages built by the kubegpu testbed")
     keyring = aptrepo._sign(folder, flat)
     # The project publishes its key ASCII-armoured beside InRelease.
     armored = run(
