@@ -175,6 +175,95 @@ class KubeCluster:
             check=False,
         )
 
+    def remove(
+        self, namespaces: tuple[str, ...] = (), nodes: tuple[str, ...] = (), timeout_s: float = 120
+    ) -> None:
+        """Remove what a test made on the session's shared cluster: its Nodes (registered with no
+        kubelet) and its namespaces, and wait until the namespaces are gone.
+
+        A pod bound to a node without a kubelet never finishes terminating: nothing confirms
+        its containers stopped, and pod GC takes it only after the node is gone and a
+        quarantine. Such pods (also the ones a DaemonSet made for the test's nodes in other
+        namespaces) are force-deleted, as an operator does for a node gone for good, so the
+        namespace does not stay Terminating. On a timeout the error names each namespace's
+        conditions, the pods left and the nodes."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        core = client.CoreV1Api(self.client())
+
+        def quietly(call: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                call(*args, **kwargs)
+            except ApiException as exc:
+                # 404: gone already; 409: a namespace already terminating.
+                if exc.status not in (404, 409):
+                    raise
+
+        def force_delete(pods: list[Any]) -> None:
+            for pod in pods:
+                quietly(
+                    core.delete_namespaced_pod,
+                    pod.metadata.name,
+                    pod.metadata.namespace,
+                    grace_period_seconds=0,
+                )
+
+        for node in nodes:
+            force_delete(
+                core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+            )
+            quietly(core.delete_node, node)
+        for namespace in namespaces:
+            quietly(core.delete_namespace, namespace)
+
+        def left() -> list[str]:
+            present = []
+            for namespace in namespaces:
+                try:
+                    core.read_namespace(namespace)
+                except ApiException as exc:
+                    if exc.status == 404:
+                        continue
+                    raise
+                present.append(namespace)
+                # Every pod of a test namespace is bound to a kubelet-less node or to none.
+                force_delete(core.list_namespaced_pod(namespace).items)
+            return present
+
+        deadline = time.monotonic() + timeout_s
+        while left():
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"namespaces {', '.join(namespaces)} gone: not within {timeout_s:.0f} s; "
+                    + self._leftovers(core, namespaces, nodes)
+                )
+            time.sleep(0.5)
+
+    @staticmethod
+    def _leftovers(core: Any, namespaces: tuple[str, ...], nodes: tuple[str, ...]) -> str:
+        from kubernetes.client.exceptions import ApiException
+
+        lines = []
+        for namespace in namespaces:
+            try:
+                status = core.read_namespace(namespace).status
+            except ApiException:
+                continue
+            conditions = [
+                f"{c.type}={c.status} ({c.message})"
+                for c in status.conditions or []
+                if c.status == "True"
+            ]
+            pods = [
+                f"{p.metadata.name} on {p.spec.node_name or '(unbound)'}"
+                for p in core.list_namespaced_pod(namespace).items
+            ]
+            lines.append(f"{namespace}: {status.phase}, {conditions}, pods {pods}")
+        still = {n.metadata.name for n in core.list_node().items} & set(nodes)
+        lines.append(f"nodes not deleted: {sorted(still)}")
+        return "; ".join(lines)
+
     def rss_kib(self) -> dict[str, int]:
         out = {}
         for name, proc in self.procs.items():

@@ -95,7 +95,20 @@ def test_rbac_decides_for_a_user_without_a_binding(kube_cluster: KubeCluster) ->
     assert 'User "mallory@example.com" cannot list resource "nodes"' in denied.stderr
 
 
-def test_the_scheduler_binds_by_gpu_product_and_refuses_what_no_node_fits(core: Any) -> None:
+@pytest.fixture
+def removed_after(kube_cluster: KubeCluster) -> Iterator[dict[str, tuple[str, ...]]]:
+    """What the test names here (``namespaces``, ``nodes``) is removed after it, pass or fail:
+    the session's cluster is shared, and a Node left Ready would get the next file's DaemonSet
+    pods, which no kubelet ever finishes deleting."""
+    made: dict[str, tuple[str, ...]] = {"namespaces": (), "nodes": ()}
+    yield made
+    kube_cluster.remove(made["namespaces"], made["nodes"])
+
+
+def test_the_scheduler_binds_by_gpu_product_and_refuses_what_no_node_fits(
+    core: Any, removed_after: dict[str, tuple[str, ...]]
+) -> None:
+    removed_after.update(namespaces=("sched",), nodes=("gpu-h100", "gpu-a100"))
     _register_node(core, "gpu-h100", H100, "8")
     _register_node(core, "gpu-a100", A100, "4")
     # The node lifecycle controller lifts the not-ready taint admission put on each new node.
@@ -173,7 +186,10 @@ def _can_i(kube_cluster: KubeCluster, verb: str, resource: str, account: str) ->
 
 
 def test_gpu_cluster_deploys_nfd_and_gfd_may_publish_through_it(
-    kube_cluster: KubeCluster, core: Any, tmp_path: Path
+    kube_cluster: KubeCluster,
+    core: Any,
+    tmp_path: Path,
+    removed_after: dict[str, tuple[str, ...]],
 ) -> None:
     """The role's objects on the real control plane: NFD's CRDs Established, GFD's and
     nfd-worker's ServiceAccounts allowed (by RBAC, asked through impersonation) to keep
@@ -184,6 +200,7 @@ def test_gpu_cluster_deploys_nfd_and_gfd_may_publish_through_it(
 
     from tests.integration.test_gpu_cluster import run_playbook
 
+    removed_after.update(namespaces=(NFD_NS,), nodes=(PCI_ONLY_NODE, PLAIN_NODE))
     kubeconfig = str(kube_cluster.kubeconfig)
     ext = client.ApiextensionsV1Api(kube_cluster.client())
     custom = client.CustomObjectsApi(kube_cluster.client())
@@ -341,16 +358,3 @@ def test_gpu_cluster_deploys_nfd_and_gfd_may_publish_through_it(
     assert reset["rc"] == 0, reset["failures"] or reset["raw"][-3000:]
     assert ext.read_custom_resource_definition(cm.NFD_NODEFEATURE_CRD)
     ext.delete_custom_resource_definition(cm.NFD_NODEFEATURE_CRD)
-    for name in (PCI_ONLY_NODE, PLAIN_NODE):
-        core.delete_node(name)
-    # The session's cluster is shared: the namespace goes once pod GC removed the pods of the
-    # deleted nodes.
-    wait_for(
-        f"namespace {NFD_NS} gone",
-        lambda: (
-            not kube_cluster.kubectl(
-                "get", "namespace", NFD_NS, "--ignore-not-found", "-o", "name"
-            ).stdout.strip()
-        ),
-        timeout_s=180,
-    )

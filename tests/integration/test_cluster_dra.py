@@ -107,27 +107,14 @@ def apis(
         SETTINGS,
     )
     assert reset["rc"] == 0, reset["failures"] or reset["raw"][-3000:]
-    for remove in (
-        lambda: core.delete_namespace(WORK_NS),
-        lambda: custom.delete_cluster_custom_object(
+    try:
+        custom.delete_cluster_custom_object(
             GROUP, VERSION, "resourceslices", resource_slice_double(NODE)["metadata"]["name"]
-        ),
-        lambda: core.delete_node(NODE),
-    ):
-        try:
-            remove()
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-    wait_for(
-        "kubegpu's DRA objects gone",
-        lambda: (
-            not kube_cluster.kubectl(
-                "get", "namespace", NS, WORK_NS, "--ignore-not-found", "-o", "name"
-            ).stdout.strip()
-        ),
-        timeout_s=180,
-    )
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    kube_cluster.remove((NS, WORK_NS), (NODE,))
 
 
 def test_gpu_cluster_applies_the_dra_driver_and_the_scheduler_allocates_by_cel(
