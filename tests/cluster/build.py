@@ -99,45 +99,64 @@ def ldflags(kubernetes: str) -> str:
     return " ".join(["-s", "-w", *(f"-X {VERSION_PACKAGE}.{k}={v}" for k, v in values.items())])
 
 
-def build(cache: Path, gomodcache: Path) -> dict[str, object]:
+def build(cache: Path, gomodcache: Path, kubelets: bool = False) -> dict[str, object]:
+    """The cluster's programs (cached under bin-<release>-<key>); with ``kubelets``, also the
+    kubelets of the older supported releases, which only the feature-gate oracle needs (cached
+    apart, under kubelets-<key> and a lock of their own, so that a test waiting for the cluster
+    does not wait for them)."""
     gomod = (SRC / "go.mod").read_text()
     kubernetes = module_version(gomod, "k8s.io/kubernetes")
     etcd = module_version(gomod, "go.etcd.io/etcd/server/v3")
-    out = cache / f"bin-{kubernetes}-{source_key()}"
-    older = older_kubelets()
-    names = [*PROGRAMS, *older]
-    minor = ".".join(kubernetes[1:].split(".")[:2])
-    result = {
+    key = source_key()
+    out = cache / f"bin-{kubernetes}-{key}"
+    result: dict[str, object] = {
         "kubernetes_version": kubernetes,
         "etcd_version": etcd,
-        "bin": {name: str(out / name) for name in names},
-        # release -> (version, kubelet) for every supported minor, the newest being the cluster's
-        "kubelets": {
-            **{name[8:]: [version, str(out / name)] for name, (_, version) in older.items()},
-            minor: [kubernetes, str(out / "kubelet")],
-        },
+        "bin": {name: str(out / name) for name in PROGRAMS},
     }
 
     def make(partial: Path) -> None:
         env = gobuild.go_env(cache, gomodcache, cgo=False)
         log(f"building Kubernetes {kubernetes} and etcd {etcd} (cold: tens of minutes on 2 cores)")
         gobuild.go_build(SRC, env, ldflags(kubernetes), f"{partial}/", list(PROGRAMS.values()))
+
+    cached = gobuild.build_once(out, list(PROGRAMS), make, "bin-*", log)
+    if not kubelets:
+        return result | {"cached": cached}
+    older = older_kubelets()
+    kubelets_out = cache / f"kubelets-{key}"
+
+    def make_kubelets(partial: Path) -> None:
+        env = gobuild.go_env(cache, gomodcache, cgo=False)
         for name, (folder, version) in older.items():
-            log(f"then the kubelet of Kubernetes {version}")
+            log(f"building the kubelet of Kubernetes {version} (the feature-gate oracle's)")
             gobuild.go_build(folder, env, ldflags(version), partial / name, [PROGRAMS["kubelet"]])
 
-    cached = gobuild.build_once(out, names, make, "bin-*", log)
-    return result | {"cached": cached}
+    kubelets_cached = gobuild.build_once(
+        kubelets_out, list(older), make_kubelets, "kubelets-*", log, lock=".lock-kubelets"
+    )
+    minor = ".".join(kubernetes[1:].split(".")[:2])
+    # release -> (version, kubelet) for every supported minor, the newest being the cluster's
+    result["kubelets"] = {
+        **{name[8:]: [version, str(kubelets_out / name)] for name, (_, version) in older.items()},
+        minor: [kubernetes, str(out / "kubelet")],
+    }
+    return result | {"cached": cached and kubelets_cached}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    parser.add_argument(
+        "--kubelets",
+        action="store_true",
+        help="also the kubelets of the older supported releases (the feature-gate oracle's)",
+    )
     args = parser.parse_args(argv)
     cache = Path(os.environ.get("KUBEGPU_CLUSTER_CACHE", DEFAULT_CACHE))
     gomodcache = gobuild.module_cache()
     try:
-        result = build(cache, gomodcache)
+        result = build(cache, gomodcache, args.kubelets)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -146,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for name, path in result["bin"].items():  # type: ignore[union-attr]
             print(f"{name}: {path}")
+        for minor, (_, path) in result.get("kubelets", {}).items():  # type: ignore[union-attr]
+            print(f"kubelet {minor}: {path}")
     return 0
 
 

@@ -48,10 +48,14 @@ class ClusterError(RuntimeError):
     """The control plane could not be built or started; the message carries the log's tail."""
 
 
-def build() -> dict[str, Any]:
-    """Build (or find cached) binaries; returns build.py's JSON result."""
+def build(kubelets: bool = False) -> dict[str, Any]:
+    """Build (or find cached) binaries; returns build.py's JSON result (with ``kubelets``, also
+    the older releases' kubelets, under "kubelets")."""
     proc = subprocess.run(
-        [sys.executable, str(BUILD_SCRIPT), "--json"], capture_output=True, text=True, check=False
+        [sys.executable, str(BUILD_SCRIPT), "--json", *(["--kubelets"] if kubelets else [])],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if proc.returncode != 0:
         raise ClusterError(

@@ -163,10 +163,15 @@ def test_the_cluster_build_script_finds_its_cached_binaries_without_the_venv(
     helper module alone and answers from the cache."""
     kubernetes = cluster.module_version((cluster.SRC / "go.mod").read_text(), "k8s.io/kubernetes")
     out = tmp_path / f"bin-{kubernetes}-{cluster.source_key()}"
-    names = [*cluster.PROGRAMS, *cluster.older_kubelets()]
+    names = list(cluster.PROGRAMS)
     out.mkdir()
     for name in names:
         (out / name).write_text("")
+    kubelets = tmp_path / f"kubelets-{cluster.source_key()}"
+    kubelets.mkdir()
+    older = cluster.older_kubelets()
+    for name in older:
+        (kubelets / name).write_text("")
     proc = subprocess.run(
         [sys.executable, "-S", str(cluster.HERE / "build.py")],
         env={"PATH": str(tmp_path), "KUBEGPU_CLUSTER_CACHE": str(tmp_path)},
@@ -176,3 +181,17 @@ def test_the_cluster_build_script_finds_its_cached_binaries_without_the_venv(
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [f"{name}: {out / name}" for name in names]
+    with_kubelets = subprocess.run(
+        [sys.executable, "-S", str(cluster.HERE / "build.py"), "--kubelets"],
+        env={"PATH": str(tmp_path), "KUBEGPU_CLUSTER_CACHE": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert with_kubelets.returncode == 0, with_kubelets.stderr
+    minor = ".".join(kubernetes[1:].split(".")[:2])
+    assert with_kubelets.stdout.splitlines() == [
+        *(f"{name}: {out / name}" for name in names),
+        *(f"kubelet {name[8:]}: {kubelets / name}" for name in older),
+        f"kubelet {minor}: {out / 'kubelet'}",
+    ]
