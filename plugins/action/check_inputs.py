@@ -64,15 +64,19 @@ class ActionModule(ActionBase):
             given, others = self._given(task_vars, inputs.CLUSTER_ROLES, unread)
             for role in inputs.CLUSTER_ROLES:
                 problems.extend(inputs.role_problems(role, options[role], given[role], rules[role]))
-            problems.extend(
-                inputs.global_problems(
-                    {
-                        n: self._templar.template(task_vars[n])
-                        for n in inputs.GLOBAL_CHOICES
-                        if n in task_vars
-                    }
+            globals_given = {
+                n: self._templar.template(task_vars[n])
+                for n in inputs.GLOBAL_CHOICES
+                if n in task_vars
+            }
+            problems.extend(inputs.global_problems(globals_given))
+            if globals_given.get("kubegpu_cluster_bootstrap") == "kubeadm":
+                problems.extend(
+                    inputs.control_plane_problems(
+                        task_vars.get("groups", {}).get("kube_control_plane", []),
+                        given["cluster_bootstrap"].get("cluster_bootstrap_control_plane_endpoint"),
+                    )
                 )
-            )
         problems.extend(inputs.merge(misspelled))
         if scope == "all":
             problems.extend(p for p in inputs.misspelled(others, known) if p not in problems)

@@ -35,6 +35,9 @@ SERVICE_MIN_PREFIX = {4: 12, 6: 108}
 # The controller manager cuts a /24 (IPv4) or /64 (IPv6) per node out of the pod CIDR.
 NODE_MASK = {4: 24, 6: 64}
 CGROUP_DRIVERS = ("systemd", "cgroupfs")
+# `kubeadm certs certificate-key`: 32 random bytes, hex; it encrypts the control-plane
+# certificates kubeadm uploads for further control-plane hosts.
+CERTIFICATE_KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 CRI_SOCKET = "unix:///run/containerd/containerd.sock"
 
 
@@ -146,6 +149,21 @@ def validate(settings):
     return problems
 
 
+def control_plane_hosts_problem(hosts, endpoint):
+    """More than one control-plane host needs an endpoint they all stand behind: with none, every
+    node would reach the API through the first host only, and kubeadm refuses to join further
+    control-plane hosts to a cluster made without controlPlaneEndpoint."""
+    hosts = list(hosts or [])
+    if len(hosts) < 2 or endpoint:
+        return None
+    return (
+        "%scontrol_plane_endpoint is empty but kube_control_plane has %d hosts (%s): several"
+        " control-plane hosts need one stable address in front of them all (a load balancer or"
+        ' DNS name, host:port, for example "k8s-api.example.internal:6443"); set it, or keep one'
+        " host in kube_control_plane" % (PREFIX, len(hosts), ", ".join(str(h) for h in hosts))
+    )
+
+
 def systemd_cgroup_problem(cgroup_driver, systemd_cgroup, where):
     """The kubelet's cgroup driver against containerd's SystemdCgroup: they must agree."""
     runtime_driver = "systemd" if systemd_cgroup else "cgroupfs"
@@ -232,10 +250,12 @@ def cluster_configuration(settings, endpoint):
     return config
 
 
-def init_documents(settings, node_name, node_ip, endpoint):
+def init_documents(settings, node_name, node_ip, endpoint, certificate_key=None):
     """InitConfiguration, ClusterConfiguration and KubeletConfiguration for `kubeadm init` on
     the first control-plane host. kubeadm makes the bootstrap token itself; its lifetime is
-    ours (cluster_bootstrap_token_ttl)."""
+    ours (cluster_bootstrap_token_ttl). With ``certificate_key`` (a secret: the caller writes
+    the file 0600 and removes it), for `kubeadm init phase upload-certs`, which refuses the key
+    as an argument beside --config."""
     init = {
         "apiVersion": KUBEADM_API,
         "kind": "InitConfiguration",
@@ -256,12 +276,18 @@ def init_documents(settings, node_name, node_ip, endpoint):
         init["skipPhases"] = skip
     if settings.get("timeouts"):
         init["timeouts"] = dict(settings["timeouts"])
+    if certificate_key:
+        init["certificateKey"] = str(certificate_key)
     return [init, cluster_configuration(settings, endpoint), kubelet_configuration(settings)]
 
 
-def join_documents(settings, node_name, node_ip, endpoint, token, ca_cert_hash):
-    """The JoinConfiguration of a worker: the token and the CA's public key hash it trusts.
-    The token is a secret: the caller writes the file 0600 and removes it after the join."""
+def join_documents(
+    settings, node_name, node_ip, endpoint, token, ca_cert_hash, certificate_key=None
+):
+    """The JoinConfiguration: the token and the CA's public key hash it trusts; with
+    ``certificate_key``, of a further control-plane host (its own API server on its address,
+    the control-plane certificates fetched with the key). Token and key are secrets: the caller
+    writes the file 0600 and removes it after the join."""
     join = {
         "apiVersion": KUBEADM_API,
         "kind": "JoinConfiguration",
@@ -275,6 +301,14 @@ def join_documents(settings, node_name, node_ip, endpoint, token, ca_cert_hash):
         "timeouts": dict({"discovery": "5m0s"}, **(settings.get("timeouts") or {})),
         "nodeRegistration": _node_registration(settings, node_name, node_ip),
     }
+    if certificate_key:
+        join["controlPlane"] = {
+            "localAPIEndpoint": {
+                "advertiseAddress": str(node_ip),
+                "bindPort": int(settings.get("api_port") or 6443),
+            },
+            "certificateKey": str(certificate_key),
+        }
     return [join]
 
 

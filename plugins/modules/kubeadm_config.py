@@ -21,10 +21,13 @@ description:
     that it is never joined twice. Whether the first control-plane host is initialised is the
     role's to decide (admin.conf and the kubeadm-config ConfigMap its API server holds), since
     kubeadm init writes kubelet.conf before the control plane is up.
+  - Refuses more than one host in O(control_plane_hosts) without a control-plane endpoint.
   - With O(mode=init), writes the InitConfiguration, ClusterConfiguration and
-    KubeletConfiguration (kubeadm.k8s.io/v1beta4) for C(kubeadm init --config) to O(path);
-    with O(mode=join), the JoinConfiguration with the bootstrap token (mode 0600; the caller
-    removes it after the join). With O(mode=check), writes nothing.
+    KubeletConfiguration (kubeadm.k8s.io/v1beta4) for C(kubeadm init --config) to O(path)
+    (with O(certificate_key), for C(kubeadm init phase upload-certs), mode 0600 and no diff);
+    with O(mode=join), the JoinConfiguration with the bootstrap token (and with
+    O(certificate_key), of a further control-plane host), mode 0600, which the caller removes
+    after the join. With O(mode=check), writes nothing.
   - Written as JSON documents separated by C(---), which kubeadm reads as YAML, so that the node
     needs no PyYAML. Computes the change first, writes atomically only when the content differs.
 attributes:
@@ -58,6 +61,16 @@ options:
   ca_cert_hash:
     description: C(sha256:<hex>) of the cluster CA's public key (O(mode=join)).
     type: str
+  certificate_key:
+    description:
+      - The key C(kubeadm certs certificate-key) made, which encrypts the uploaded control-plane
+        certificates (O(mode=init) for the upload, O(mode=join) for a control-plane host).
+    type: str
+  control_plane_hosts:
+    description: The inventory's control-plane hosts, checked against the endpoint.
+    type: list
+    elements: str
+    default: []
   join_command:
     description:
       - The output of C(kubeadm token create --print-join-command), instead of O(token) and
@@ -174,6 +187,8 @@ ARGUMENT_SPEC = dict(
     endpoint=dict(type="str"),
     token=dict(type="str", no_log=True),
     ca_cert_hash=dict(type="str"),
+    certificate_key=dict(type="str", no_log=True),
+    control_plane_hosts=dict(type="list", elements="str", default=[]),
     join_command=dict(type="str", no_log=True),
     path=dict(type="path", default="/etc/kubernetes/kubegpu-kubeadm.yaml"),
     containerd=dict(type="str", default="containerd"),
@@ -194,6 +209,16 @@ def main():
     p = module.params
     settings = p["settings"]
     problems = list(kb.validate(settings))
+    many = kb.control_plane_hosts_problem(
+        p["control_plane_hosts"], settings.get("control_plane_endpoint")
+    )
+    if many:
+        problems.append(many)
+    key = p["certificate_key"]
+    if key is not None and not kb.CERTIFICATE_KEY_RE.match(key):
+        problems.append(
+            "certificate_key is not what `kubeadm certs certificate-key` prints (64 hex digits)"
+        )
     found, missing, cni_dirs = read_systemd_cgroup(module, p["containerd"], p["containerd_config"])
     systemd_cgroup = {}
     if missing:
@@ -217,8 +242,10 @@ def main():
     if p["mode"] == "check" or (p["mode"] == "join" and joined):
         module.exit_json(**result)
     if p["mode"] == "init":
-        documents = kb.init_documents(settings, p["node_name"], p["node_ip"], p["endpoint"])
-        mode = 0o644
+        documents = kb.init_documents(
+            settings, p["node_name"], p["node_ip"], p["endpoint"], certificate_key=key
+        )
+        mode = 0o600 if key else 0o644
     else:
         token, ca_hash = p["token"], p["ca_cert_hash"]
         if p["join_command"]:
@@ -235,7 +262,7 @@ def main():
                 msg="mode=join needs token and ca_cert_hash, or join_command", **result
             )
         documents = kb.join_documents(
-            settings, p["node_name"], p["node_ip"], p["endpoint"], token, ca_hash
+            settings, p["node_name"], p["node_ip"], p["endpoint"], token, ca_hash, key
         )
         mode = 0o600
     after = render(documents)
@@ -244,7 +271,7 @@ def main():
         with open(p["path"], encoding="utf-8") as handle:
             before = handle.read()
     result.update(changed=before != after, path=p["path"])
-    if result["changed"] and module._diff and p["mode"] == "init":
+    if result["changed"] and module._diff and p["mode"] == "init" and not key:
         result["diff"] = {"before": before, "after": after, "before_header": p["path"]}
     if result["changed"] and not module.check_mode:
         write_atomic(module, p["path"], after, mode)

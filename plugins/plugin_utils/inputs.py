@@ -222,6 +222,12 @@ def bootstrap_problems(given: dict[str, t.Any], rules: t.Mapping[str, t.Any]) ->
     return list(kb.validate(settings))
 
 
+def control_plane_problems(hosts: t.Sequence[str], endpoint: t.Any) -> list[str]:
+    """Where kubeadm bootstraps the cluster: several control-plane hosts need an endpoint."""
+    problem = kb.control_plane_hosts_problem(hosts, endpoint)
+    return [problem] if problem else []
+
+
 def global_problems(given: t.Mapping[str, t.Any]) -> list[str]:
     """The kubegpu_* globals that take one of a few values."""
     problems = []

@@ -65,6 +65,7 @@ def write_oci_archive(path: Path, name: str, layer: bytes, config: dict[str, obj
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{hashlib.sha256(layer).hexdigest()}"]},
     }
     partial = path.with_suffix(".partial")
+    partial.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
         layer_desc = _blob(tar, layer, "application/vnd.oci.image.layer.v1.tar")
         config_desc = _blob(

@@ -416,6 +416,33 @@ def node_objects(bootstrapped: dict[str, Any]) -> set[str]:
     return {n["metadata"]["name"] for n in nodes}
 
 
+def test_check_mode_says_a_node_would_join_and_changes_nothing(
+    bootstrapped: dict[str, Any],
+) -> None:
+    """Check mode makes no token and joins nothing: it says the node would join, and the node
+    keeps what it had (no kubeadm installed, no kubelet.conf, no join configuration)."""
+    testbed, added = bootstrapped["testbed"], bootstrapped["added"]
+    rc, report, _ = run(
+        bootstrapped["added_inventory"], bootstrapped["playbook"], bootstrapped["extra"], "--check"
+    )
+    assert rc == 0, failures(report)
+    done = changed_tasks(report)
+    assert (
+        f"{added}: kubegpu.gpu.cluster_bootstrap : Say that a run would join the host (check mode"
+        " makes no token)" in done
+    ), done
+    for member in sorted(bootstrapped["members"]):
+        assert not [line for line in done if line.startswith(f"{member}: ")], done
+    ssh(testbed, added, "test ! -e /etc/kubernetes/kubelet.conf")
+    ssh(testbed, added, "test ! -e /etc/kubernetes/kubegpu-kubeadm-join.yaml")
+    ssh(testbed, added, "! command -v kubeadm")
+    # No bootstrap token was made for it.
+    tokens = ssh(
+        testbed, testbed.node_names[0], "kubeadm token list --kubeconfig /etc/kubernetes/admin.conf"
+    )
+    assert f"join {added}" not in tokens, tokens
+
+
 def test_an_added_node_joins_alone(bootstrapped: dict[str, Any]) -> None:
     testbed, added = bootstrapped["testbed"], bootstrapped["added"]
     ssh(testbed, added, "test ! -e /etc/kubernetes/kubelet.conf")
@@ -462,6 +489,82 @@ def test_the_only_control_plane_host_is_not_removed_alone(bootstrapped: dict[str
     assert first in ready_nodes(bootstrapped)
 
 
+def failed_and_undone(
+    bootstrapped: dict[str, Any],
+    inventory: Path,
+    timeouts: dict[str, str],
+    host: str,
+    step: str,
+) -> str:
+    """A run with kubeadm timeouts that kubegpu's checks accept and ``step`` (init or join)
+    cannot meet on ``host``: the run fails, the step is undone with kubeadm reset and named with
+    kubeadm's last lines, and no token reaches the report. Returns the failure's line."""
+    failing = dict(bootstrapped["settings"], cluster_bootstrap_kubeadm_timeouts=timeouts)
+    extra = bootstrapped["tmp"] / f"failing-{step}.json"
+    extra.write_text(json.dumps(failing))
+    rc, report, _ = run(inventory, bootstrapped["playbook"], extra)
+    assert rc != 0
+    named = [
+        line
+        for line in failures(report)
+        if line.startswith(f"{host}: kubegpu.gpu.cluster_bootstrap : Fail with kubeadm's")
+    ]
+    assert named, failures(report)
+    assert f"{host}: kubeadm {step} failed and was undone with kubeadm reset --force" in named[0]
+    assert "--token" not in json.dumps(report)
+    print(f"\nthe failed {step}, as the run reports it: {named[0]}")
+    return named[0]
+
+
+def run_and_see(bootstrapped: dict[str, Any], inventory: Path, host: str, task: str) -> float:
+    """The layer run again after a failure: it passes, the role's ``task`` changed ``host``,
+    and no token reaches the report (kubeadm init prints a join command with one). Returns the
+    run's wall time."""
+    rc, report, seconds = run(inventory, bootstrapped["playbook"], bootstrapped["extra"])
+    assert rc == 0, failures(report)
+    assert f"{host}: kubegpu.gpu.cluster_bootstrap : {task}" in changed_tasks(report)
+    assert "--token" not in json.dumps(report)
+    return seconds
+
+
+def test_a_failed_join_is_undone_and_the_next_run_joins(bootstrapped: dict[str, Any]) -> None:
+    """The added node leaves (its cluster layer only), then joins with its kubelet masked: the
+    join fails after it changed the node, is undone with kubeadm reset and named; the next run
+    joins."""
+    testbed, added = bootstrapped["testbed"], bootstrapped["added"]
+    rc, report = reset(
+        bootstrapped, bootstrapped["added_inventory"], "--limit", added, "--tags", "bootstrap"
+    )
+    assert rc == 0, failures(report)
+    assert added not in node_objects(bootstrapped)
+    ssh(testbed, added, "systemctl mask kubelet")
+    try:
+        failed_and_undone(
+            bootstrapped,
+            bootstrapped["added_inventory"],
+            {"kubeletHealthCheck": "20s"},
+            added,
+            "join",
+        )
+    finally:
+        ssh(testbed, added, "systemctl unmask kubelet")
+    for path in (
+        "/etc/kubernetes/kubelet.conf",
+        "/etc/kubernetes/bootstrap-kubelet.conf",
+        "/etc/kubernetes/kubegpu-kubeadm-join.yaml",
+    ):
+        ssh(testbed, added, f"test ! -e {path}")
+    seconds = run_and_see(
+        bootstrapped, bootstrapped["added_inventory"], added, "Join the node with kubeadm join"
+    )
+    wait_for(
+        "the added node Ready again",
+        lambda: ready_nodes(bootstrapped) == set(testbed.node_names),
+        timeout_s=180,
+    )
+    print(f"\njoin after the failed one: {seconds:.1f} s")
+
+
 def test_reset_limit_removes_a_joined_node(bootstrapped: dict[str, Any]) -> None:
     testbed, added = bootstrapped["testbed"], bootstrapped["added"]
     rc, report = reset(bootstrapped, bootstrapped["added_inventory"], "--limit", added)
@@ -482,6 +585,98 @@ def test_reset_limit_removes_a_joined_node(bootstrapped: dict[str, Any]) -> None
     assert ready_nodes(bootstrapped) == bootstrapped["members"]
 
 
+def control_plane_inventory(bootstrapped: dict[str, Any]) -> Path:
+    """The inventory with every node in k8s_cluster and the added node a second host of
+    kube_control_plane."""
+    inventory = yaml.safe_load(bootstrapped["added_inventory"].read_text())
+    groups = inventory["all"]["children"]["k8s_cluster"]["children"]
+    added = bootstrapped["added"]
+    groups["kube_control_plane"]["hosts"][added] = dict(groups["gpu_nodes"]["hosts"][added])
+    path = bootstrapped["tmp"] / "inventory-control-planes.yml"
+    path.write_text(yaml.safe_dump(inventory))
+    return path
+
+
+def test_a_further_control_plane_host_needs_an_endpoint_then_joins_as_one(
+    bootstrapped: dict[str, Any],
+) -> None:
+    """The added node (reset before, its runtime layer set up again) put in kube_control_plane:
+    refused without cluster_bootstrap_control_plane_endpoint before anything changes; with the
+    endpoint the cluster already has, it joins as a second control-plane host with stacked
+    etcd (its own API server answers on its address), a second run changes nothing, and
+    reset.yml --limit takes it out while the API keeps answering through the first host."""
+    testbed, added = bootstrapped["testbed"], bootstrapped["added"]
+    first = testbed.node_names[0]
+    runtime = bootstrapped["tmp"] / "runtime.yml"
+    empty = bootstrapped["tmp"] / "none.json"
+    for _ in range(2):  # as the fixture: the second run carries restrict_oom into the drop-in
+        rc, report, _ = run(testbed.inventory, str(runtime), empty, "--limit", added)
+        assert rc == 0, failures(report)
+    inventory = control_plane_inventory(bootstrapped)
+
+    rc, report, _ = run(inventory, bootstrapped["playbook"], bootstrapped["extra"])
+    assert rc != 0
+    refused = failures(report)
+    assert any(
+        "cluster_bootstrap_control_plane_endpoint is empty but kube_control_plane has 2 hosts"
+        in line
+        for line in refused
+    ), refused
+    assert changed_tasks(report) == []
+
+    settings = dict(
+        bootstrapped["settings"],
+        cluster_bootstrap_control_plane_endpoint=f"{testbed.addresses[first]}:6443",
+    )
+    extra = bootstrapped["tmp"] / "control-planes.json"
+    extra.write_text(json.dumps(settings))
+    rc, report, seconds = run(inventory, bootstrapped["playbook"], extra)
+    assert rc == 0, failures(report)
+    done = changed_tasks(report)
+    assert (
+        f"{added}: kubegpu.gpu.cluster_bootstrap : Join the control-plane host with kubeadm join,"
+        " one host at a time" in done
+    ), done
+    assert (
+        f"{added}: kubegpu.gpu.cluster_bootstrap : Upload the control-plane certificates with"
+        " kubeadm init phase upload-certs" in done
+    ), done
+    dumped = json.dumps(report)
+    assert "--token" not in dumped
+    ssh(testbed, first, "test ! -e /etc/kubernetes/kubegpu-kubeadm-upload-certs.yaml")
+    wait_for(
+        "the second control-plane host Ready",
+        lambda: ready_nodes(bootstrapped) == set(testbed.node_names),
+        timeout_s=180,
+    )
+    node = json.loads(kubectl(bootstrapped, "get", "node", added, "-o", "json"))
+    assert "node-role.kubernetes.io/control-plane" in node["metadata"]["labels"]
+    for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        ssh(testbed, added, f"test -f /etc/kubernetes/manifests/{component}.yaml")
+    # Its own API server answers on its address (its serving certificate names it).
+    server = f"https://{testbed.addresses[added]}:6443"
+    wait_for(
+        f"the API server on {added}",
+        lambda: subprocess.run(
+            [bootstrapped["kubectl"], "--kubeconfig", str(bootstrapped["kubeconfig"]),
+             "--server", server, "get", "--raw", "/readyz"],
+            capture_output=True, text=True, timeout=60, check=False,
+        ).stdout.strip() == "ok",
+        timeout_s=180,
+    )  # fmt: skip
+    print(f"\na second control-plane host joined in {seconds:.1f} s")
+
+    rc, report, _ = run(inventory, bootstrapped["playbook"], extra)
+    assert rc == 0, failures(report)
+    assert changed_tasks(report) == []
+
+    rc, report = reset(bootstrapped, inventory, "--limit", added, "--tags", "bootstrap")
+    assert rc == 0, failures(report)
+    assert node_objects(bootstrapped) == bootstrapped["members"]
+    ssh(testbed, added, "test ! -e /etc/kubernetes/manifests/etcd.yaml")
+    assert ready_nodes(bootstrapped) == bootstrapped["members"]
+
+
 def test_a_failed_init_is_undone_and_the_next_run_initialises(
     bootstrapped: dict[str, Any],
 ) -> None:
@@ -498,35 +693,23 @@ def test_a_failed_init_is_undone_and_the_next_run_initialises(
         )
     # A timeout kubegpu's checks accept and the control plane cannot meet: kubeadm init fails
     # after it wrote admin.conf.
-    failing = dict(bootstrapped["settings"])
-    failing["cluster_bootstrap_kubeadm_timeouts"] = {"controlPlaneComponentHealthCheck": "1s"}
-    failing_extra = bootstrapped["tmp"] / "failing.json"
-    failing_extra.write_text(json.dumps(failing))
-    rc, report, _ = run(bootstrapped["inventory"], bootstrapped["playbook"], failing_extra)
-    assert rc != 0
-    named = [
-        line
-        for line in failures(report)
-        if line.startswith(f"{first}: kubegpu.gpu.cluster_bootstrap : Fail with kubeadm's")
-    ]
-    assert named, failures(report)
-    assert f"{first}: kubeadm init failed and was undone with kubeadm reset --force" in named[0]
-    assert "wait-control-plane" in named[0], named[0]
-    assert "--token" not in json.dumps(report)
-    print(f"\nthe failed init, as the run reports it: {named[0]}")
+    named = failed_and_undone(
+        bootstrapped,
+        bootstrapped["inventory"],
+        {"controlPlaneComponentHealthCheck": "1s"},
+        first,
+        "init",
+    )
+    assert "wait-control-plane" in named, named
     for path in ("/etc/kubernetes/admin.conf", "/etc/kubernetes/manifests/kube-apiserver.yaml"):
         ssh(testbed, first, f"test ! -e {path}")
     # The next run initialises again.
-    rc, report, seconds = run(
-        bootstrapped["inventory"], bootstrapped["playbook"], bootstrapped["extra"]
+    seconds = run_and_see(
+        bootstrapped,
+        bootstrapped["inventory"],
+        first,
+        "Initialise the control plane with kubeadm init",
     )
-    assert rc == 0, failures(report)
-    assert (
-        f"{first}: kubegpu.gpu.cluster_bootstrap : Initialise the control plane with kubeadm init"
-        in changed_tasks(report)
-    )
-    # kubeadm init prints the join command with its bootstrap token: not in the report.
-    assert "--token" not in json.dumps(report)
     wait_for(
         "every node Ready again",
         lambda: ready_nodes(bootstrapped) == bootstrapped["members"],

@@ -336,3 +336,63 @@ def test_kubeadm_timeouts_go_to_init_and_join() -> None:
     (join,) = kb.join_documents(settings, "n1", "192.0.2.21", "192.0.2.10:6443", "t", "h")
     assert join["timeouts"] == {"discovery": "5m0s", "kubernetesAPICall": "5m0s"}
     assert "timeouts" not in kb.init_documents(SETTINGS, "cp1", "192.0.2.10", "e:6443")[0]
+
+
+def test_a_control_plane_join_carries_its_own_api_endpoint_and_the_key() -> None:
+    key = "0f" * 32
+    (join,) = kb.join_documents(
+        SETTINGS, "cp2", "10.213.8.13", "k8s-api.example.internal:6443", "t", "h", key
+    )
+    assert join["controlPlane"] == {
+        "localAPIEndpoint": {"advertiseAddress": "10.213.8.13", "bindPort": 6443},
+        "certificateKey": key,
+    }
+    (worker,) = kb.join_documents(SETTINGS, "gpu1", "10.213.8.12", "e:6443", "t", "h")
+    assert "controlPlane" not in worker
+    init = kb.init_documents(SETTINGS, "cp1", "192.0.2.10", "e:6443", certificate_key=key)[0]
+    assert init["certificateKey"] == key
+    assert "certificateKey" not in kb.init_documents(SETTINGS, "cp1", "192.0.2.10", "e:6443")[0]
+
+
+def test_several_control_plane_hosts_need_an_endpoint() -> None:
+    problem = kb.control_plane_hosts_problem(["cp1", "cp2", "cp3"], "")
+    assert problem is not None
+    assert problem.startswith(
+        "cluster_bootstrap_control_plane_endpoint is empty but kube_control_plane has 3 hosts"
+        " (cp1, cp2, cp3)"
+    )
+    assert kb.control_plane_hosts_problem(["cp1", "cp2"], "k8s-api.example.internal:6443") is None
+    assert kb.control_plane_hosts_problem(["cp1"], "") is None
+    assert kb.control_plane_hosts_problem([], None) is None
+
+
+def test_several_control_plane_hosts_without_an_endpoint_stop_the_run_before_any_host(
+    tmp_path: Path,
+) -> None:
+    """The controller's check refuses it where kubeadm bootstraps the cluster, and only there
+    (an existing cluster's control plane is not this layer's to judge)."""
+    inventory = _inventory(tmp_path)
+    data = yaml.safe_load(inventory.read_text())
+    data["all"]["children"]["k8s_cluster"]["children"]["kube_control_plane"]["hosts"]["cp2"] = {
+        "ansible_host": "127.0.0.1",
+        "ansible_port": 1,
+    }
+    inventory.write_text(yaml.safe_dump(data))
+    argv = [str(KUBEGPU), "bootstrap", "-i", str(inventory), "--json"]
+    done = subprocess.run(
+        [*argv, "-e", "kubegpu_cluster_bootstrap=kubeadm"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["input_problems"] == [
+        "cluster_bootstrap_control_plane_endpoint is empty but kube_control_plane has 2 hosts"
+        " (cp1, cp2): several control-plane hosts need one stable address in front of them all"
+        ' (a load balancer or DNS name, host:port, for example "k8s-api.example.internal:6443");'
+        " set it, or keep one host in kube_control_plane"
+    ]
+    assert set(result["hosts"]) == {"localhost"}
+    assert inputs.control_plane_problems(["cp1", "cp2"], "k8s-api.example.internal:6443") == []

@@ -86,6 +86,39 @@ def test_kubeadm_accepts_the_join_configuration(kubeadm: str, tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
 
 
+def test_kubeadm_accepts_a_control_plane_join_and_the_upload_configuration(
+    kubeadm: str, tmp_path: Path
+) -> None:
+    key = "0f" * 32
+    join = tmp_path / "join.yaml"
+    join.write_text(
+        render(
+            kb.join_documents(
+                SETTINGS,
+                "cp2",
+                "192.0.2.11",
+                "k8s-api.example.internal:6443",
+                "abcdef.0123456789abcdef",
+                "sha256:" + "0" * 64,
+                key,
+            )
+        )
+    )
+    upload = tmp_path / "upload.yaml"
+    upload.write_text(
+        render(
+            kb.init_documents(SETTINGS, "cp1", "192.0.2.10", "k8s-api.example.internal:6443", key)
+        )
+    )
+    for path in (join, upload):
+        done = _kubeadm(kubeadm, "config", "validate", "--config", str(path))
+        assert done.returncode == 0, (path.name, done.stderr)
+    # A key kubeadm would not take is refused by kubeadm too (so the module's check is kubeadm's).
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(upload.read_text().replace(key, "not-hex"))
+    assert _kubeadm(kubeadm, "config", "validate", "--config", str(bad)).returncode != 0
+
+
 def test_overlapping_networks_pass_kubeadm_so_the_role_checks_them(
     kubeadm: str, tmp_path: Path
 ) -> None:

@@ -112,18 +112,23 @@ def test_init_config_written_once_check_and_diff_touch_nothing(
     assert run_module(repo_root, args)["changed"] is False
 
 
-def test_join_writes_the_token_0600_and_a_joined_node_is_left_alone(
-    repo_root: Path, tmp_path: Path
-) -> None:
-    args = args_for(
+def join_args(tmp_path: Path, node_name: str, node_ip: str, **more: Any) -> dict[str, Any]:
+    return args_for(
         tmp_path,
         mode="join",
-        node_name="gpu1",
-        node_ip="192.0.2.21",
+        node_name=node_name,
+        node_ip=node_ip,
         endpoint="192.0.2.10:6443",
         token="abcdef.0123456789abcdef",
         ca_cert_hash="sha256:" + "0" * 64,
+        **more,
     )
+
+
+def test_join_writes_the_token_0600_and_a_joined_node_is_left_alone(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    args = join_args(tmp_path, "gpu1", "192.0.2.21")
     result = run_module(repo_root, args, "--diff")
     assert result["changed"] is True
     # The token never comes back in the result or a diff.
@@ -136,6 +141,42 @@ def test_join_writes_the_token_0600_and_a_joined_node_is_left_alone(
     assert joined["joined"] is True
     assert joined["changed"] is False
     assert not path.exists()
+
+
+def test_a_control_plane_join_and_the_upload_keep_the_key_0600_and_out_of_the_output(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    key = "0f" * 32
+    path = tmp_path / "kubeadm.yaml"
+    upload = run_module(repo_root, args_for(tmp_path, certificate_key=key, **INIT), "--diff")
+    assert upload["changed"] is True
+    assert key not in json.dumps(upload)
+    assert "diff" not in upload
+    assert (path.stat().st_mode & 0o777) == 0o600
+    assert next(yaml.safe_load_all(path.read_text()))["certificateKey"] == key
+    path.unlink()
+    join = join_args(tmp_path, "cp2", "192.0.2.11", certificate_key=key)
+    joined = run_module(repo_root, join, "--diff")
+    assert joined["changed"] is True
+    assert key not in json.dumps(joined)
+    assert (path.stat().st_mode & 0o777) == 0o600
+    assert next(yaml.safe_load_all(path.read_text()))["controlPlane"]["certificateKey"] == key
+
+
+def test_a_bad_key_and_several_control_planes_without_an_endpoint_are_refused(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    refused = run_module(
+        repo_root,
+        args_for(tmp_path, certificate_key="0F" * 32, control_plane_hosts=["cp1", "cp2"], **INIT),
+    )
+    assert refused["failed"] is True
+    assert refused["problems"][0].startswith(
+        "cluster_bootstrap_control_plane_endpoint is empty but kube_control_plane has 2 hosts"
+    )
+    assert refused["problems"][1].startswith("certificate_key is not what")
+    assert "0F0F" not in json.dumps(refused)
+    assert not (tmp_path / "kubeadm.yaml").exists()
 
 
 def test_documentation_matches_argument_spec() -> None:
