@@ -149,6 +149,30 @@ def validate(settings):
     return problems
 
 
+def endpoint_resolution_problem(endpoint, source, resolve):
+    """The endpoint's host must resolve on the node (a name only the controller knows, or a
+    typo, would fail kubeadm half-way). ``resolve(host)`` raises OSError when it cannot;
+    ``source`` names where the endpoint came from (the variable)."""
+    parts = split_endpoint(endpoint)
+    if parts is None:
+        return None  # validate() names a malformed endpoint
+    host = parts[0]
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    try:
+        resolve(host)
+    except OSError as exc:
+        return (
+            "%s gives the control-plane endpoint %s, but %s does not resolve on this node (%s):"
+            " every node reaches the API through it; give a name every node resolves, or an"
+            " address" % (source, endpoint, host, exc.strerror or exc)
+        )
+    return None
+
+
 def control_plane_hosts_problem(hosts, endpoint):
     """More than one control-plane host needs an endpoint they all stand behind: with none, every
     node would reach the API through the first host only, and kubeadm refuses to join further

@@ -21,7 +21,9 @@ description:
     that it is never joined twice. Whether the first control-plane host is initialised is the
     role's to decide (admin.conf and the kubeadm-config ConfigMap its API server holds), since
     kubeadm init writes kubelet.conf before the control plane is up.
-  - Refuses more than one host in O(control_plane_hosts) without a control-plane endpoint.
+  - Refuses more than one host in O(control_plane_hosts) without a control-plane endpoint, and,
+    with O(mode=check), an O(endpoint) whose host name does not resolve on the node (naming
+    O(endpoint_source)).
   - With O(mode=init), writes the InitConfiguration, ClusterConfiguration and
     KubeletConfiguration (kubeadm.k8s.io/v1beta4) for C(kubeadm init --config) to O(path)
     (with O(certificate_key), for C(kubeadm init phase upload-certs), mode 0600 and no diff);
@@ -61,6 +63,10 @@ options:
   ca_cert_hash:
     description: C(sha256:<hex>) of the cluster CA's public key (O(mode=join)).
     type: str
+  endpoint_source:
+    description: Where O(endpoint) came from (the variable), for the message when it does not resolve.
+    type: str
+    default: cluster_bootstrap_control_plane_endpoint
   certificate_key:
     description:
       - The key C(kubeadm certs certificate-key) made, which encrypts the uploaded control-plane
@@ -132,6 +138,7 @@ path:
 
 import json
 import os
+import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.gpu.plugins.module_utils import containerd as ctd
@@ -185,6 +192,7 @@ ARGUMENT_SPEC = dict(
     node_name=dict(type="str"),
     node_ip=dict(type="str"),
     endpoint=dict(type="str"),
+    endpoint_source=dict(type="str", default="cluster_bootstrap_control_plane_endpoint"),
     token=dict(type="str", no_log=True),
     ca_cert_hash=dict(type="str"),
     certificate_key=dict(type="str", no_log=True),
@@ -214,6 +222,12 @@ def main():
     )
     if many:
         problems.append(many)
+    if p["mode"] == "check" and p["endpoint"]:
+        unresolved = kb.endpoint_resolution_problem(
+            p["endpoint"], p["endpoint_source"], lambda host: socket.getaddrinfo(host, None)
+        )
+        if unresolved:
+            problems.append(unresolved)
     key = p["certificate_key"]
     if key is not None and not kb.CERTIFICATE_KEY_RE.match(key):
         problems.append(

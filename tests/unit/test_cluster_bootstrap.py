@@ -396,3 +396,28 @@ def test_several_control_plane_hosts_without_an_endpoint_stop_the_run_before_any
     ]
     assert set(result["hosts"]) == {"localhost"}
     assert inputs.control_plane_problems(["cp1", "cp2"], "k8s-api.example.internal:6443") == []
+
+
+def test_an_endpoint_name_the_node_cannot_resolve_is_named_with_its_variable() -> None:
+    import socket
+
+    def unknown(host: str) -> None:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    seen: list[str] = []
+    problem = kb.endpoint_resolution_problem(
+        "k8s-api.example.internal:6443", "cluster_bootstrap_control_plane_endpoint", unknown
+    )
+    assert problem == (
+        "cluster_bootstrap_control_plane_endpoint gives the control-plane endpoint"
+        " k8s-api.example.internal:6443, but k8s-api.example.internal does not resolve on this"
+        " node (Name or service not known): every node reaches the API through it; give a name"
+        " every node resolves, or an address"
+    )
+    # Addresses are not looked up; a name that resolves passes.
+    for endpoint in ("192.0.2.10:6443", "[2001:db8::1]:6443"):
+        assert kb.endpoint_resolution_problem(endpoint, "x", unknown) is None
+    assert kb.endpoint_resolution_problem("cp1.example:6443", "x", seen.append) is None
+    assert seen == ["cp1.example"]
+    # A malformed endpoint is validate()'s to name.
+    assert kb.endpoint_resolution_problem("no-port", "x", unknown) is None
