@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -133,3 +136,82 @@ def test_the_last_testbed_down_puts_the_host_s_inotify_limit_back(tmp_path: Path
     assert not record.exists()
     assert restore_inotify_limit(demo, limit, record) is None
     assert limit.read_text() == "4096\n"
+
+
+def _blocked_while_locked(lock: Path, call: Callable[[], object]) -> object:
+    """Run call in a thread while this test holds lock; return its result once released, after
+    asserting that it waited for the lock."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    results: list[object] = []
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        worker = threading.Thread(target=lambda: results.append(call()))
+        worker.start()
+        worker.join(0.5)
+        assert worker.is_alive(), f"did not wait for {lock.name}"
+    worker.join(10)
+    assert not worker.is_alive() and len(results) == 1
+    return results[0]
+
+
+def test_testbeds_going_up_at_once_record_the_inotify_limit_one_at_a_time(tmp_path: Path) -> None:
+    # scripts/test brings the 2.21 leg's testbed up beside the suite's: a holder written while
+    # another testbed rewrote the record would be lost, and the limit put back under it.
+    from kubegpu.testbed.api import raise_inotify_limit, restore_inotify_limit
+
+    limit, record = tmp_path / "max_user_instances", tmp_path / "record.json"
+    limit.write_text("128\n")
+    lock = tmp_path / "record.json.lock"
+    leg, suite = tmp_path / "leg", tmp_path / "suite"
+    raised = _blocked_while_locked(
+        lock, lambda: raise_inotify_limit(3, limit, holder=leg, record=record)
+    )
+    assert raised == (128, 512)
+    assert raise_inotify_limit(3, limit, holder=suite, record=record) is None
+    assert _blocked_while_locked(lock, lambda: restore_inotify_limit(leg, limit, record)) is None
+    assert limit.read_text() == "512\n"
+    assert restore_inotify_limit(suite, limit, record) == 128
+
+
+def test_a_base_image_is_built_once_by_testbeds_going_up_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubegpu.testbed import image
+
+    recipe = image.Recipe(suite="trixie", mirror=image.Mirror("http://mirror", "http://sec"))
+    builds: list[str] = []
+
+    def build(cache_dir: Path, recipe: image.Recipe) -> image.BaseImage:
+        builds.append(recipe.suite)
+        folder = image.image_dir(cache_dir, recipe.suite)
+        (folder / "rootfs/sbin").mkdir(parents=True)
+        (folder / "rootfs/sbin/init").write_text("")
+        (folder / "recipe.sha256").write_text(recipe.digest() + "\n")
+        return image.BaseImage(folder / "rootfs", recipe, built=True, seconds=0.0)
+
+    monkeypatch.setattr(image, "_build_base_image", build)
+    cache = tmp_path / "cache"
+    # Another testbed holds the suite's lock while it builds: this one waits, then finds the
+    # image made and builds nothing.
+    lock = cache / ".base-trixie.lock"
+
+    def other_builds_meanwhile() -> image.BaseImage:
+        return image.ensure_base_image(cache, recipe)
+
+    lock.parent.mkdir(parents=True)
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        results: list[image.BaseImage] = []
+        worker = threading.Thread(target=lambda: results.append(other_builds_meanwhile()))
+        worker.start()
+        worker.join(0.5)
+        assert worker.is_alive(), "did not wait for the suite's lock"
+        build(cache, recipe)
+    worker.join(10)
+    assert results and results[0].built is False
+    assert results[0].rootfs == cache / "base-trixie" / "rootfs"
+    assert builds == ["trixie"]  # only the one this test made as the other testbed
+    # With nothing cached and nobody else building, it builds under the lock.
+    other = image.Recipe(suite="bookworm", mirror=recipe.mirror)
+    assert image.ensure_base_image(cache, other).built is True
+    assert builds == ["trixie", "bookworm"]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -480,6 +481,13 @@ def raise_inotify_limit(
     except (OSError, ValueError):
         return None
     wanted = max(512, INOTIFY_PER_NODE * node_count + 256)
+    with _record_locked(record):
+        return _raise_inotify_limit(path, record, current, wanted, holder)
+
+
+def _raise_inotify_limit(
+    path: Path, record: Path, current: int, wanted: int, holder: Path | None
+) -> tuple[int, int] | None:
     held = _read_json(record)
     if holder is not None and (current < wanted or held):
         held.setdefault("original", current)
@@ -496,6 +504,11 @@ def restore_inotify_limit(
 ) -> int | None:
     """The host's own limit back once no recorded testbed holds it; returns the value put back
     (None while another testbed still needs it, or when none was raised)."""
+    with _record_locked(record):
+        return _restore_inotify_limit(holder, path, record)
+
+
+def _restore_inotify_limit(holder: Path, path: Path, record: Path) -> int | None:
     held = _read_json(record)
     if not held:
         return None
@@ -508,6 +521,16 @@ def restore_inotify_limit(
         path.write_text(f"{original}\n")
     record.unlink(missing_ok=True)
     return original
+
+
+@contextlib.contextmanager
+def _record_locked(record: Path) -> Iterator[None]:
+    """Testbeds that go up and down at the same time (the 2.21 leg's beside the suite's) read
+    and write the record one at a time, so that no holder is lost."""
+    record.parent.mkdir(parents=True, exist_ok=True)
+    with open(record.with_name(record.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -6,6 +6,7 @@ steps below) changes: a hash of the recipe is kept in a stamp file beside the ro
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -121,10 +122,22 @@ def cached_image(cache_dir: Path, recipe: Recipe) -> Path | None:
 
 
 def ensure_base_image(cache_dir: Path, recipe: Recipe) -> BaseImage:
-    """Return the cached base image, building it first when absent or stale."""
+    """Return the cached base image, building it first when absent or stale. Testbeds that come
+    up at the same time (scripts/test's 2.21 leg beside the suite) build each suite's image
+    once: the build holds that suite's lock, and whoever waited on it finds the image made."""
     rootfs = cached_image(cache_dir, recipe)
     if rootfs is not None:
         return BaseImage(rootfs=rootfs, recipe=recipe, built=False, seconds=0.0)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / f".base-{recipe.suite}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rootfs = cached_image(cache_dir, recipe)
+        if rootfs is not None:
+            return BaseImage(rootfs=rootfs, recipe=recipe, built=False, seconds=0.0)
+        return _build_base_image(cache_dir, recipe)
+
+
+def _build_base_image(cache_dir: Path, recipe: Recipe) -> BaseImage:
     if which("debootstrap") is None:
         raise TestbedInputError(
             "debootstrap", "not found on PATH", "install the debootstrap package"
