@@ -28,7 +28,9 @@ def plan(stdout, args):
     order). Returns units (Id -> properties), units_found (Ids whose LoadState is not
     not-found), type (the runtime, 'none' where auto finds none and none is to be installed),
     present (whether the requested runtime's unit is there), missing and unsettled (containerd
-    packages absent, and not fully installed) and install_work."""
+    packages absent, and not fully installed), install_work, and foreign_containerd (a
+    containerd unit is there but none of the packages: it came from elsewhere, Docker's
+    containerd.io for one, and nothing is installed over it)."""
     missing_keys = [key for key in _KEYS if key not in args]
     if missing_keys:
         raise RuntimePlanError("plan_args lacks %s" % ", ".join(missing_keys))
@@ -50,9 +52,16 @@ def plan(stdout, args):
     present_pkgs = set(name for name, state in states.items() if state not in "nc")
     settled_pkgs = set(name for name, state in states.items() if state == "i")
     packages = list(args["packages"])
+    containerd_unit = services.get("containerd", "containerd") + ".service"
+    # A containerd the distribution's packages did not bring (Docker's containerd.io, which
+    # conflicts with them, or one installed by hand) is left as it is: its unit is there and
+    # dpkg has no trace of any of them (a package removed with its config files left counts as
+    # the distribution's, and is installed again).
+    foreign = containerd_unit in found and not any(states.get(p, "n") != "n" for p in packages)
+    install = install and not foreign
     missing = [p for p in packages if p not in present_pkgs] if install else []
     unsettled = [p for p in packages if p not in settled_pkgs] if install else []
-    containerd = units.get(services.get("containerd", "containerd") + ".service", {})
+    containerd = units.get(containerd_unit, {})
     install_work = (
         install
         and runtime == "containerd"
@@ -71,4 +80,5 @@ def plan(stdout, args):
         "missing": missing,
         "unsettled": unsettled,
         "install_work": install_work,
+        "foreign_containerd": foreign,
     }

@@ -324,6 +324,30 @@ def source_systemd_cgroup(effective, schema, runtime_name):
     return False, "no runc runtime in the effective config (containerd's default: false)"
 
 
+def cgroup_runtimes(effective, schema, runtime_name, systemd_cgroup):
+    """The runtimes a set cgroup driver changes, as the drop-in writes them: the default one
+    (unless it is ours) and runc, each copied whole from the effective config with SystemdCgroup
+    set (2.x decodes a runtime's table whole, so a table with only that key would lose the
+    runtime's type), or a runc of containerd's default type where the config has none."""
+    cri = effective_cri(effective, schema)
+    runtimes = _get(cri, ["containerd", "runtimes"], {}) or {}
+    default_name = _get(cri, ["containerd", "default_runtime_name"], "runc")
+    names = [n for n in (default_name, "runc") if n and n != runtime_name]
+    found = {}
+    for name in dict.fromkeys(names):
+        runtime = runtimes.get(name)
+        if isinstance(runtime, dict):
+            found[name] = copy.deepcopy(runtime)
+    if not found:
+        found["runc"] = {"runtime_type": NVIDIA_RUNTIME_TYPE}
+    for runtime in found.values():
+        options = runtime.get("options")
+        if not isinstance(options, dict):
+            options = runtime["options"] = {}
+        options["SystemdCgroup"] = bool(systemd_cgroup)
+    return found
+
+
 def cdi_settings(effective, schema, containerd_version, cdi):
     """What the drop-in sets for CDI, and what containerd will do: (settings, state, warnings).
 
@@ -388,38 +412,59 @@ def render_drop_in(
     source_cri=None,
     cdi=None,
     registry_config_path=None,
+    nvidia=True,
+    set_cgroup=None,
 ):
     """The drop-in text for `schema`.
 
     For "replace" (containerd 1.x) `source_cri` is the effective CRI section of everything but
     this drop-in; it is copied and the nvidia runtime added, because 1.x replaces the section.
-    `cdi` holds the CDI keys of the section (from cdi_settings).
+    `cdi` holds the CDI keys of the section (from cdi_settings). Without `nvidia` the drop-in
+    has no nvidia runtime (a host with no GPU that still needs the rest). `set_cgroup` are the
+    runtimes whose SystemdCgroup the drop-in sets (cgroup_runtimes), None to leave them.
     """
     runtime = {
         "runtime_type": NVIDIA_RUNTIME_TYPE,
         "options": {"BinaryName": binary, "SystemdCgroup": bool(systemd_cgroup)},
     }
+    default_runtime = default_runtime and nvidia
+    added = []
+    if nvidia:
+        added.append("the %s runtime" % runtime_name)
+    if set_cgroup:
+        added.append(
+            "SystemdCgroup = %s on %s"
+            % ("true" if systemd_cgroup else "false", ", ".join(sorted(set_cgroup)))
+        )
+    added_text = " and ".join(added) or "kubegpu's settings"
     if schema.merge == "replace":
         section = copy.deepcopy(source_cri or {})
         containerd = section.setdefault("containerd", {})
         runtimes = containerd.setdefault("runtimes", {})
-        runtimes[runtime_name] = runtime
+        runtimes.update(copy.deepcopy(set_cgroup or {}))
+        if nvidia:
+            runtimes[runtime_name] = runtime
         if default_runtime:
             containerd["default_runtime_name"] = runtime_name
         why = [
             "containerd 1.x replaces a whole plugin section with the one from an imported file, so",
             "this file carries the CRI section of the main config (as `containerd config dump`",
-            "shows it) plus the %s runtime; kubegpu derives it again on every run." % runtime_name,
+            "shows it) plus %s; kubegpu derives it again on every run." % added_text,
         ]
     else:
         containerd = {}
         if default_runtime:
             containerd["default_runtime_name"] = runtime_name
-        containerd["runtimes"] = {runtime_name: runtime}
-        section = {"containerd": containerd}
+        runtimes = copy.deepcopy(set_cgroup or {})
+        if nvidia:
+            runtimes[runtime_name] = runtime
+        if runtimes:
+            containerd["runtimes"] = runtimes
+        section = {"containerd": containerd} if containerd else {}
         why = [
-            "containerd 2.x merges imported files key by key: only the %s runtime is here."
-            % runtime_name
+            "containerd 2.x merges imported files key by key: only %s is here." % added_text
+            if added
+            else "containerd 2.x merges imported files key by key: only kubegpu's settings are here."
         ]
         if cdi:
             why.append("CDI is on by default in 2.x; the other files turned off what is set here.")
@@ -656,10 +701,15 @@ def plan(
     node=None,
     cdi=True,
     registry_config_path=None,
+    nvidia=True,
+    systemd_cgroup=None,
 ):
     """Work out the main config and drop-in texts that wire the runtime in. Changes nothing.
 
-    With `cdi` the drop-in also has containerd read CDI specs (see cdi_settings).
+    With `cdi` the drop-in also has containerd read CDI specs (see cdi_settings). Without
+    `nvidia` it adds no nvidia runtime. `systemd_cgroup` (True or False) is the SystemdCgroup
+    the pods' runtimes must have (the kubelet's cgroup driver is systemd, or cgroupfs): the
+    drop-in sets it where the other files have it otherwise. None leaves it as they have it.
 
     `run(argv)` runs a command and returns (rc, stdout, stderr); `node` reads the node's files
     (LocalFiles where the module runs; the action plugin answers from its sh script's reads).
@@ -722,7 +772,18 @@ def plan(
             "containerd packages ship it disabled) and run again; nothing was changed."
             % (main_path, ", ".join(repr(d) for d in disabled))
         )
-    systemd_cgroup, systemd_source = source_systemd_cgroup(source, schema, runtime_name)
+    found_cgroup, systemd_source = source_systemd_cgroup(source, schema, runtime_name)
+    set_cgroup = None
+    if systemd_cgroup is None or bool(systemd_cgroup) == found_cgroup:
+        systemd_cgroup = found_cgroup
+    else:
+        systemd_cgroup = bool(systemd_cgroup)
+        set_cgroup = cgroup_runtimes(source, schema, runtime_name, systemd_cgroup)
+        systemd_source = "set in %s on %s (the other files: %s)" % (
+            drop_in_name,
+            ", ".join(sorted(set_cgroup)),
+            systemd_source,
+        )
     source_cri = effective_cri(source, schema) if schema.merge == "replace" else None
     cdi_keys, cdi_state, cdi_warnings = cdi_settings(source, schema, version, cdi)
     drop_in_text = render_drop_in(
@@ -734,6 +795,8 @@ def plan(
         source_cri,
         cdi_keys,
         registry_config_path,
+        nvidia=nvidia,
+        set_cgroup=set_cgroup,
     )
     old_drop_in = node.read_text(drop_in_path, "drop-in") if node.isfile(drop_in_path) else None
 
@@ -748,7 +811,7 @@ def plan(
             node,
         )
     ] + cdi_warnings
-    if not node.exists(binary):
+    if nvidia and not node.exists(binary):
         warnings.append(
             "%s does not exist on this host yet; containerd loads the config, but pods of the %s runtime "
             "fail until nvidia-container-toolkit is installed" % (binary, runtime_name)
@@ -768,6 +831,7 @@ def plan(
         "import_entry": import_entry,
         "systemd_cgroup": systemd_cgroup,
         "systemd_cgroup_source": systemd_source,
+        "cgroup_runtimes": sorted(set_cgroup or {}),
         "cdi_settings": cdi_keys,
         "cdi": cdi_state,
         "warnings": warnings,

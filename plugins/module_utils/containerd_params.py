@@ -24,6 +24,8 @@ ARGUMENT_SPEC = dict(
     runtime_binary=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
     default_runtime=dict(type="bool", default=False),
     cdi=dict(type="bool", default=True),
+    nvidia_runtime=dict(type="bool", default=True),
+    systemd_cgroup=dict(type="bool"),
     registry_mirrors=dict(type="dict", default={}),
     registry_config_path=dict(type="path", default="/etc/containerd/certs.d"),
     validate=dict(type="bool", default=True),
@@ -118,6 +120,8 @@ def plan_for(params, run, containerd, node=None):
         registry_config_path=(
             params["registry_config_path"] if params.get("registry_mirrors") else None
         ),
+        nvidia=params["nvidia_runtime"],
+        systemd_cgroup=params["systemd_cgroup"],
     )
 
 
@@ -132,6 +136,7 @@ def update_result(result, planned):
         schema=planned["schema"].as_dict(),
         systemd_cgroup=planned["systemd_cgroup"],
         systemd_cgroup_source=planned["systemd_cgroup_source"],
+        cgroup_runtimes=planned["cgroup_runtimes"],
         cdi=planned["cdi"],
         changed=changed,
         restart_required=changed,

@@ -51,14 +51,33 @@ def check_effective(
     default_runtime,
     cdi=None,
     registry_config_path=None,
+    nvidia=True,
+    cgroup_runtimes=(),
 ):
     """What is wrong with a candidate's dumped config (an empty list when all is right).
 
     `cdi` are the CDI keys the drop-in sets (containerd.cdi_settings): each must show as set;
-    so must `registry_config_path` when given.
+    so must `registry_config_path` when given. `cgroup_runtimes` name the runtimes whose
+    SystemdCgroup the drop-in sets to `systemd_cgroup`; without `nvidia` there is no nvidia
+    runtime to find.
     """
     problems = []
     cri = effective_cri(effective, schema)
+    for name in cgroup_runtimes:
+        where = "plugins.%s.containerd.runtimes.%s" % (schema.effective_plugin_id, name)
+        found = _get(cri, ["containerd", "runtimes", name])
+        if not isinstance(found, dict):
+            problems.append("the effective config has no %s" % where)
+            continue
+        if not found.get("runtime_type"):
+            problems.append("%s has no runtime_type" % where)
+        value = _get(found, ["options", "SystemdCgroup"])
+        if value is not bool(systemd_cgroup):
+            problems.append(
+                "%s.options.SystemdCgroup is %r, expected %r" % (where, value, bool(systemd_cgroup))
+            )
+    if not nvidia:
+        return problems
     if registry_config_path:
         plugin = registry_plugins(schema)[1]
         found = _get(effective, ["plugins", plugin, "registry", "config_path"])
@@ -296,6 +315,8 @@ def validate_candidate(
     tmp_root=None,
     cdi=None,
     registry_config_path=None,
+    nvidia=True,
+    cgroup_runtimes=(),
 ):
     """Check a candidate (main text + drop-in text) with the real containerd, touching no live file.
 
@@ -335,6 +356,8 @@ def validate_candidate(
             default_runtime,
             cdi,
             registry_config_path,
+            nvidia=nvidia,
+            cgroup_runtimes=cgroup_runtimes,
         )
         if problems:
             later = files[files.index(scratch_drop_in) + 1 :] if scratch_drop_in in files else []

@@ -195,8 +195,9 @@ def systemd_cgroup_problem(cgroup_driver, systemd_cgroup, where):
         return None
     return (
         "%scgroup_driver is %r but containerd's %s is %s (the %s driver): kubelet and the runtime"
-        " must use the same cgroup driver; set %scgroup_driver to %r or change containerd's"
-        " SystemdCgroup (container_runtime_systemd_cgroup)"
+        " must use the same cgroup driver; set %scgroup_driver to %r, or let the runtime layer"
+        " set containerd's SystemdCgroup (container_runtime_cgroup_driver, which follows"
+        " %scgroup_driver unless set)"
         % (
             PREFIX,
             cgroup_driver,
@@ -205,6 +206,7 @@ def systemd_cgroup_problem(cgroup_driver, systemd_cgroup, where):
             runtime_driver,
             PREFIX,
             runtime_driver,
+            PREFIX,
         )
     )
 

@@ -94,6 +94,24 @@ options:
       - A reset (O(state=absent)) removes the drop-in, and with it these settings.
     type: bool
     default: true
+  nvidia_runtime:
+    description:
+      - Add the nvidia runtime (O(runtime_name)). False on a host without a GPU that still gets
+        the rest of the drop-in (O(systemd_cgroup), O(registry_mirrors)), for example a
+        control-plane host of a cluster kubegpu bootstraps; O(default_runtime) then has no
+        effect and no runtime binary is needed.
+    type: bool
+    default: true
+  systemd_cgroup:
+    description:
+      - The C(SystemdCgroup) the pods' runtimes must have for the kubelet's cgroup driver, true
+        for C(systemd) and false for C(cgroupfs). Where the main config and the other imports
+        give the default runtime (and C(runc)) another value, the drop-in carries those
+        runtimes, as C(containerd config dump) shows them, with this value; the nvidia runtime
+        gets it too.
+      - Not given (the default), the value the other files give is kept, and the nvidia
+        runtime follows it.
+    type: bool
   registry_mirrors:
     description:
       - Registry mirrors for the CRI plugin, as a mapping of registry host (as image names
@@ -257,10 +275,16 @@ systemd_cgroup:
   returned: when containerd was found
   type: bool
 systemd_cgroup_source:
-  description: Where that value was read in the effective config.
+  description: Where that value was read in the effective config, or that the drop-in sets it.
   returned: when containerd was found
   type: str
   sample: runtimes.runc.options.SystemdCgroup
+cgroup_runtimes:
+  description: The runtimes the drop-in carries to set O(systemd_cgroup) (none when the other files agree).
+  returned: when containerd was found
+  type: list
+  elements: str
+  sample: [runc]
 cdi:
   description:
     - CDI as containerd will run it once the drop-in is loaded; C(source) says where that comes
@@ -535,6 +559,8 @@ def main():
                 timeout=p["validate_timeout"],
                 cdi=planned["cdi_settings"],
                 registry_config_path=p["registry_config_path"] if p["registry_mirrors"] else None,
+                nvidia=p["nvidia_runtime"],
+                cgroup_runtimes=planned["cgroup_runtimes"],
             )
         except ContainerdConfigError as exc:
             result.update(changed=False, restart_required=False)

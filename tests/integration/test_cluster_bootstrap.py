@@ -1,5 +1,6 @@
 """The cluster_bootstrap layer from bare testbed nodes: containerd from Debian by the
-container_runtime role, then playbooks/bootstrap_cluster.yml installs kubeadm, kubelet and
+container_runtime role (on the node added later, by the bootstrap play's own runtime layer), then
+playbooks/bootstrap_cluster.yml installs kubeadm, kubelet and
 kubectl from the testbed's signed Kubernetes repository (the build's binaries, packaged as the
 Kubernetes project does: kubegpu.testbed.kubernetes_repo), runs kubeadm init on the first
 control-plane node with the control-plane images imported from archives (the images are built
@@ -60,6 +61,14 @@ TESTBED_PREFLIGHT_EXCEPTIONS = {
     # No br_netfilter module can be loaded here, so its sysctl does not exist in a node.
     "FileContent--proc-sys-net-bridge-bridge-nf-call-iptables": "no br_netfilter module",
 }
+# The node added later gets containerd from the bootstrap play; before that, its main config
+# holds only restrict_oom_score_adj (containerd 1.7's version 2 schema), which the package's
+# installation keeps and kubegpu's drop-in carries.
+ADDED_NODE_CONTAINERD = """version = 2
+
+[plugins."io.containerd.grpc.v1.cri"]
+  restrict_oom_score_adj = true
+"""
 RUNTIME_PLAY = """
 - name: Install containerd from the distribution
   hosts: k8s_cluster
@@ -232,23 +241,35 @@ def bootstrapped(bare: TestbedState, tmp_path_factory: pytest.TempPathFactory) -
     timings["packages_s"] = time.monotonic() - started
     base_url = testbed.vendor_repo_url.rsplit("/", 1)[0]
 
-    # containerd from Debian (the runtime layer), with what a node here needs besides.
+    # containerd from Debian (the runtime layer) on the two first nodes, with what a node here
+    # needs besides. The node added later is bare: the bootstrap play installs its containerd,
+    # over a main config that has only what this machine needs (ADDED_NODE_CONTAINERD).
+    added = testbed.node_names[-1]
+    ssh(testbed, added, "! command -v containerd")
+    ssh(
+        testbed,
+        added,
+        "mkdir -p /etc/containerd && cat > /etc/containerd/config.toml",
+        ADDED_NODE_CONTAINERD.encode(),
+    )
     playbook = tmp / "runtime.yml"
     playbook.write_text(RUNTIME_PLAY)
     empty = tmp / "none.json"
     empty.write_text("{}")
-    rc, report, timings["runtime_s"] = run(testbed.inventory, str(playbook), empty)
+    members = [n for n in testbed.node_names if n != added]
+    limit = ("--limit", ",".join(members))
+    rc, report, timings["runtime_s"] = run(testbed.inventory, str(playbook), empty, *limit)
     assert rc == 0, failures(report)
-    for node in testbed.node_names:
+    for node in members:
         ssh(testbed, node, "cat > /root/restrict-oom.py", RESTRICT_OOM.encode())
         ssh(testbed, node, "python3 /root/restrict-oom.py && systemctl restart containerd")
     # containerd 1.7 replaces the whole CRI section with the drop-in's, which kubegpu derives
     # from the main config on its next run: without it the drop-in's restrict_oom_score_adj =
     # false stands, and runc cannot give the control plane's static pods (oom_score_adj -998)
     # their sandboxes ("can't get final child's PID from pipe").
-    rc, report, timings["runtime_again_s"] = run(testbed.inventory, str(playbook), empty)
+    rc, report, timings["runtime_again_s"] = run(testbed.inventory, str(playbook), empty, *limit)
     assert rc == 0, failures(report)
-    for node in testbed.node_names:
+    for node in members:
         dump_text = ssh(testbed, node, "containerd config dump")
         assert "restrict_oom_score_adj = true" in dump_text, node
         assert "restrict_oom_score_adj = false" not in dump_text, node
@@ -314,7 +335,6 @@ def bootstrapped(bare: TestbedState, tmp_path_factory: pytest.TempPathFactory) -
         hosts[name].update(values)
     added_inventory = tmp / "inventory-added.yml"
     added_inventory.write_text(yaml.safe_dump(inventory))
-    added = testbed.node_names[-1]
     inventory["all"]["hosts"] = {added: hosts.pop(added)}
     testbed_inventory = tmp / "inventory.yml"
     testbed_inventory.write_text(yaml.safe_dump(inventory))
@@ -436,6 +456,12 @@ def test_check_mode_says_a_node_would_join_and_changes_nothing(
     ssh(testbed, added, "test ! -e /etc/kubernetes/kubelet.conf")
     ssh(testbed, added, "test ! -e /etc/kubernetes/kubegpu-kubeadm-join.yaml")
     ssh(testbed, added, "! command -v kubeadm")
+    # Nor containerd, which the runtime layer says it would install first.
+    ssh(testbed, added, "! command -v containerd")
+    assert (
+        f"{added}: kubegpu.gpu.container_runtime : Report the packages check mode would install"
+        in done
+    ), done
     # No bootstrap token was made for it.
     tokens = ssh(
         testbed, testbed.node_names[0], "kubeadm token list --kubeconfig /etc/kubernetes/admin.conf"
@@ -461,7 +487,17 @@ def test_an_added_node_joins_alone(bootstrapped: dict[str, Any]) -> None:
         assert {line.split(": ", 1)[1] for line in done if line.startswith(f"{member}: ")} <= routes
         assert host_stats(report, member)["changed"] <= len(routes), (member, done)
     assert host_stats(report, added)["changed"] > 0
-    assert f"{added}: kubegpu.gpu.cluster_bootstrap : Join the node with kubeadm join" in done, done
+    # A bare host: the play installed containerd and wired it (nvidia runtime and all, since
+    # the node is in gpu_nodes), kept the main config's setting, then joined.
+    for task in (
+        "kubegpu.gpu.container_runtime : Install containerd from the distribution",
+        "kubegpu.gpu.container_runtime : Wire the nvidia runtime into containerd through a validated drop-in",
+        "kubegpu.gpu.cluster_bootstrap : Join the node with kubeadm join",
+    ):
+        assert f"{added}: {task}" in done, done
+    dump_text = ssh(testbed, added, "containerd config dump")
+    assert "restrict_oom_score_adj = true" in dump_text
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in dump_text
     wait_for(
         "the added node Ready",
         lambda: ready_nodes(bootstrapped) == set(testbed.node_names),

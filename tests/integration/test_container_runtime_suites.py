@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import ipaddress
 import json
 import os
@@ -455,6 +456,57 @@ def test_cdi_false_keeps_the_configs_own_setting(suite_node: Node, wired: dict[s
     assert node.changed(node.play(container_runtime_cdi="false")) == 0
     result = node.task(node.play(), MODULE_TASK)
     assert result["changed"] is one and cdi_of(node, wired)[0] is True
+    assert node.changed(node.play()) == 0
+
+
+def test_a_cgroup_driver_sets_systemd_cgroup_where_the_config_has_another(
+    suite_node: Node, wired: dict[str, Any]
+) -> None:
+    """container_runtime_cgroup_driver systemd (what a cluster kubegpu bootstraps has by default):
+    the drop-in carries runc as containerd dumps it with SystemdCgroup = true, and the real
+    containerd loads it with nothing else of runc's lost; without the nvidia runtime (a
+    control-plane host) only runc is there; keep takes it out again."""
+    node = suite_node
+    plugin = wired["schema"]["effective_plugin"]
+
+    def runtimes() -> dict[str, Any]:
+        return node.dump()["plugins"][plugin]["containerd"]["runtimes"]
+
+    before = runtimes()
+    assert before["runc"]["options"]["SystemdCgroup"] is False  # Debian's containerd
+    pid = node.pid()
+    result = node.task(node.play(container_runtime_cgroup_driver="systemd"), MODULE_TASK)
+    assert result["drop_in_changed"] and not result["config_changed"], result
+    assert result["cgroup_runtimes"] == ["runc"] and result["systemd_cgroup"] is True, result
+    assert result["validation"]["daemon"] == "ok", result
+    assert node.pid() != pid
+    after = runtimes()
+    expected_runc = copy.deepcopy(before["runc"])
+    expected_runc["options"]["SystemdCgroup"] = True
+    assert after["runc"] == expected_runc
+    assert after["nvidia"]["options"]["SystemdCgroup"] is True
+    assert node.changed(node.play(container_runtime_cgroup_driver="systemd")) == 0
+
+    # A host without a GPU: the same drop-in without the nvidia runtime.
+    result = node.task(
+        node.play(container_runtime_cgroup_driver="systemd", container_runtime_nvidia="false"),
+        MODULE_TASK,
+    )
+    assert result["drop_in_changed"] and result["cgroup_runtimes"] == ["runc"], result
+    assert result["validation"]["daemon"] == "ok", result
+    without = runtimes()
+    assert "nvidia" not in without and without["runc"] == expected_runc
+    assert (
+        node.changed(
+            node.play(container_runtime_cgroup_driver="systemd", container_runtime_nvidia="false")
+        )
+        == 0
+    )
+
+    # keep: containerd's own value again, and the drop-in as before.
+    result = node.task(node.play(), MODULE_TASK)
+    assert result["drop_in_changed"] and result["cgroup_runtimes"] == [], result
+    assert runtimes() == before
     assert node.changed(node.play()) == 0
 
 

@@ -165,7 +165,9 @@ def test_the_global_takes_none_or_kubeadm() -> None:
             "cluster_bootstrap_cgroup_driver is 'systemd' but containerd's"
             " runtimes.runc.options.SystemdCgroup is false (the cgroupfs driver): kubelet and the"
             " runtime must use the same cgroup driver; set cluster_bootstrap_cgroup_driver to"
-            " 'cgroupfs' or change containerd's SystemdCgroup (container_runtime_systemd_cgroup)",
+            " 'cgroupfs', or let the runtime layer set containerd's SystemdCgroup"
+            " (container_runtime_cgroup_driver, which follows cluster_bootstrap_cgroup_driver"
+            " unless set)",
         ),
         ("cgroupfs", True, "cluster_bootstrap_cgroup_driver is 'cgroupfs' but containerd's"),
     ],

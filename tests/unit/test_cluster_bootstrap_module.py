@@ -91,6 +91,17 @@ def test_no_containerd_is_named(repo_root: Path, tmp_path: Path) -> None:
     result = run_module(repo_root, args_for(tmp_path, containerd="/nonexistent/containerd"))
     assert result["failed"] is True
     assert "no containerd on this host (/nonexistent/containerd)" in result["msg"]
+    assert "container_runtime_install" in result["msg"]
+    # Check mode: the bootstrap play's runtime layer would install containerd first, so the
+    # check says what it cannot compare yet instead of failing.
+    checked = run_module(
+        repo_root, args_for(tmp_path, containerd="/nonexistent/containerd"), "--check"
+    )
+    assert not checked.get("failed"), checked
+    assert checked["joined"] is False and checked["systemd_cgroup"] == {}
+    assert any(
+        "check mode cannot compare containerd's cgroup driver" in w for w in checked["warnings"]
+    ), checked
 
 
 def test_init_config_written_once_check_and_diff_touch_nothing(

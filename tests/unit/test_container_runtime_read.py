@@ -71,7 +71,8 @@ def test_an_asked_for_runtime_is_taken_as_asked_and_said_present_or_not() -> Non
         (("loaded", "enabled", "failed"), "containerd ii ", True, [], []),
         (RUNNING, "containerd iU ", True, [], ["containerd"]),
         (RUNNING, "containerd rc ", True, ["containerd"], ["containerd"]),
-        (RUNNING, "", True, ["containerd"], ["containerd"]),
+        # A unit with no trace of the package in dpkg: another containerd, left alone (below).
+        (RUNNING, "", False, [], []),
     ],
     ids=["settled", "disabled", "failed", "half-installed", "config-files", "unknown"],
 )
@@ -92,11 +93,35 @@ def test_containerd_is_installed_first_where_it_is_not_settled(
     assert quiet["missing"] == quiet["unsettled"] == []
 
 
-def test_an_os_without_a_containerd_package_always_goes_to_the_install_step() -> None:
+def test_an_os_without_a_containerd_package_goes_to_the_install_step_without_containerd() -> None:
+    # The install step then says that the distribution has no containerd package.
+    planned = decide(units(), install=True, packages=[])
+    assert planned["type"] == "containerd" and planned["install_work"] is True
+    # A containerd that is there (from elsewhere) is wired as it is.
     planned = decide(units(containerd=RUNNING), install=True, packages=[])
-    assert planned["install_work"] is True
+    assert planned["foreign_containerd"] is True and planned["install_work"] is False
 
 
 def test_missing_arguments_are_named() -> None:
     with pytest.raises(crr.RuntimePlanError, match="plan_args lacks services, detect_order"):
         crr.plan("", {"requested": "auto", "install": False, "packages": []})
+
+
+def test_a_containerd_no_distribution_package_brought_is_left_as_it_is() -> None:
+    # Docker's containerd.io conflicts with Debian's containerd and runc: installing them over it
+    # would remove it. containerd.io's unit is there, and dpkg knows none of Debian's packages.
+    docker_ce = units(containerd=RUNNING) + "\n\n#dpkg\n"
+    planned = decide(docker_ce, install=True, packages=["containerd", "runc"])
+    assert planned["type"] == "containerd"
+    assert planned["foreign_containerd"] is True
+    assert planned["missing"] == planned["unsettled"] == []
+    assert planned["install_work"] is False
+    # Debian's containerd with runc missing is the distribution's: runc is installed.
+    half = units(containerd=RUNNING) + "\n\n#dpkg\ncontainerd ii \nrunc un "
+    planned = decide(half, install=True, packages=["containerd", "runc"])
+    assert planned["foreign_containerd"] is False
+    assert planned["missing"] == ["runc"] and planned["install_work"] is True
+    # No unit at all: installed, as before.
+    nothing = units() + "\n\n#dpkg\ncontainerd un \nrunc un "
+    planned = decide(nothing, install=True, packages=["containerd", "runc"])
+    assert planned["foreign_containerd"] is False and planned["install_work"] is True

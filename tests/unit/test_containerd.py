@@ -540,6 +540,89 @@ def test_deep_mode_drop_in_holds_only_the_runtime(
     assert cv.check_effective(merged, sch, "nvidia", NVCT, True, default_runtime) == []
 
 
+@pytest.mark.parametrize("nvidia", [True, False])
+@pytest.mark.parametrize(("path", "version"), [(DEFAULT_17, (1, 7, 24)), (DEFAULT_21, (2, 1, 9))])
+def test_a_set_cgroup_driver_puts_runc_in_the_drop_in_with_its_other_settings(
+    path: Path, version: tuple, nvidia: bool
+) -> None:
+    # Debian's containerd runs runc with SystemdCgroup false; a kubelet on the systemd cgroup
+    # driver (kubeadm's default) needs it true.
+    sch = schema(version, 2 if version[0] == 1 else 3)
+    effective = with_runc_systemd(path, sch.effective_plugin_id, False)
+    found, _ = c.source_systemd_cgroup(effective, sch, "nvidia")
+    assert found is False
+    runtimes = c.cgroup_runtimes(effective, sch, "nvidia", True)
+    assert sorted(runtimes) == ["runc"]
+    source_runc = effective["plugins"][sch.effective_plugin_id]["containerd"]["runtimes"]["runc"]
+    assert runtimes["runc"] == dict(
+        source_runc, options=dict(source_runc["options"], SystemdCgroup=True)
+    )
+    text = c.render_drop_in(
+        sch,
+        "nvidia",
+        NVCT,
+        True,
+        True,
+        c.effective_cri(effective, sch) if sch.merge == "replace" else None,
+        nvidia=nvidia,
+        set_cgroup=runtimes,
+    )
+    drop_in = tomllib.loads(text)
+    section = drop_in["plugins"][sch.plugin_id]["containerd"]
+    assert ("nvidia" in section["runtimes"]) is nvidia
+    # Without the nvidia runtime it cannot be the default one: 1.x keeps runc from the copied
+    # section, and a 2.x drop-in names none.
+    if nvidia:
+        assert section["default_runtime_name"] == "nvidia"
+    elif sch.merge == "replace":
+        assert section["default_runtime_name"] == "runc"
+    else:
+        assert "default_runtime_name" not in section
+    assert "SystemdCgroup = true on runc" in text
+    merged = merged_like_containerd(effective, drop_in, sch)
+    runc = merged["plugins"][sch.effective_plugin_id]["containerd"]["runtimes"]["runc"]
+    assert runc["runtime_type"] == "io.containerd.runc.v2"
+    assert runc["options"]["SystemdCgroup"] is True
+    assert (
+        cv.check_effective(
+            merged, sch, "nvidia", NVCT, True, nvidia, nvidia=nvidia, cgroup_runtimes=["runc"]
+        )
+        == []
+    )
+    # The same drop-in with runc left as the other files have it: the check names it.
+    unset = with_runc_systemd(path, sch.effective_plugin_id, False)
+    problems = cv.check_effective(
+        unset, sch, "nvidia", NVCT, True, False, nvidia=False, cgroup_runtimes=["runc"]
+    )
+    assert problems == [
+        f"plugins.{sch.effective_plugin_id}.containerd.runtimes.runc.options.SystemdCgroup"
+        " is False, expected True"
+    ]
+
+
+def test_a_set_cgroup_driver_follows_a_custom_default_runtime_and_runc() -> None:
+    effective = load(DEFAULT_21)
+    cri = effective["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]
+    cri["default_runtime_name"] = "crun"
+    cri["runtimes"]["crun"] = {"runtime_type": "io.containerd.runc.v2", "options": {}}
+    runtimes = c.cgroup_runtimes(effective, schema((2, 1, 9), 3), "nvidia", False)
+    assert sorted(runtimes) == ["crun", "runc"]
+    assert all(r["options"]["SystemdCgroup"] is False for r in runtimes.values())
+    # A config with no runtime at all gets a runc of containerd's default type.
+    cri["runtimes"] = {}
+    cri["default_runtime_name"] = "runc"
+    assert c.cgroup_runtimes(effective, schema((2, 1, 9), 3), "nvidia", True) == {
+        "runc": {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}}
+    }
+
+
+def test_without_the_nvidia_runtime_or_a_cgroup_the_2_x_drop_in_has_no_runtimes() -> None:
+    sch = schema((2, 1, 9), 3)
+    text = c.render_drop_in(sch, "nvidia", NVCT, False, True, nvidia=False)
+    assert "only kubegpu's settings are here" in text
+    assert tomllib.loads(text) == {"version": 3, "plugins": {"io.containerd.cri.v1.runtime": {}}}
+
+
 def test_version_1_drop_in_has_no_version_and_the_short_plugin_name() -> None:
     effective = load(DEFAULT_16)  # containerd 1.x dumps a version 1 config in version 2 form
     sch = c.choose_schema((1, 6, 20), None, True)
