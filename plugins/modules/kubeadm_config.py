@@ -240,14 +240,13 @@ def main():
         # says it would.
         module.warn(
             "%s: check mode cannot compare containerd's cgroup driver with the kubelet's; a real"
-            " run installs containerd first (container_runtime_install) and checks it then"
+            " run installs containerd first (the bootstrap play's runtime layer) and checks it then"
             % missing
         )
     elif missing:
         problems.append(
             "%s: kubeadm needs a running container runtime; install and configure containerd"
-            " first (container_runtime_install, on by default where kubegpu bootstraps the"
-            " cluster)" % missing
+            " first (the bootstrap play's runtime layer installs it where missing)" % missing
         )
     else:
         systemd_cgroup = {"value": found[0], "where": found[1]}
