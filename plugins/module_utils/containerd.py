@@ -45,7 +45,9 @@ import tempfile
 
 from ansible_collections.kubegpu.gpu.plugins.module_utils import toml_text
 
-NVIDIA_RUNTIME_TYPE = "io.containerd.runc.v2"
+# containerd's runc shim: runc's own type, and the nvidia runtime's (it runs through the shim).
+RUNC_RUNTIME_TYPE = "io.containerd.runc.v2"
+NVIDIA_RUNTIME_TYPE = RUNC_RUNTIME_TYPE
 HIGHEST_KNOWN_CONFIG_VERSION = 3
 # Where the container toolkit writes CDI specs (nvidia-ctk cdi generate, nvidia-cdi-refresh):
 # containerd's own default spec directories, which the CRI plugin must read.
@@ -339,7 +341,7 @@ def cgroup_runtimes(effective, schema, runtime_name, systemd_cgroup):
         if isinstance(runtime, dict):
             found[name] = copy.deepcopy(runtime)
     if not found:
-        found["runc"] = {"runtime_type": NVIDIA_RUNTIME_TYPE}
+        found["runc"] = {"runtime_type": RUNC_RUNTIME_TYPE}
     for runtime in found.values():
         options = runtime.get("options")
         if not isinstance(options, dict):

@@ -124,7 +124,7 @@ def test_a_bridge_name_in_use_by_something_else_is_refused(tmp_path: Path) -> No
 @pytest.mark.skipif(os.geteuid() != 0, reason="up() checks for root before the bridge")
 def test_up_with_bad_input_creates_nothing(tmp_path: Path) -> None:
     # A bridge name and subnet of this test's own: other testbeds may come and go meanwhile
-    # (scripts/test runs the 2.21 leg's beside the suite's), so only this one's links count.
+    # (the 2.21 leg's beside a suite's), so only this one's links count.
     own = {"bridge": "kgtbunit0", "subnet": "10.239.254.0/24"}
     assert "kgtbunit0" not in os.listdir("/sys/class/net")
     for cfg in (

@@ -138,9 +138,11 @@ def test_the_last_testbed_down_puts_the_host_s_inotify_limit_back(tmp_path: Path
     assert limit.read_text() == "4096\n"
 
 
-def _blocked_while_locked(lock: Path, call: Callable[[], object]) -> object:
-    """Run call in a thread while this test holds lock; return its result once released, after
-    asserting that it waited for the lock."""
+def _blocked_while_locked(
+    lock: Path, call: Callable[[], object], meanwhile: Callable[[], object] = lambda: None
+) -> object:
+    """Run call in a thread while this test holds lock (and runs meanwhile, as another testbed
+    would); return its result once released, after asserting that it waited for the lock."""
     lock.parent.mkdir(parents=True, exist_ok=True)
     results: list[object] = []
     with open(lock, "w") as held:
@@ -149,13 +151,14 @@ def _blocked_while_locked(lock: Path, call: Callable[[], object]) -> object:
         worker.start()
         worker.join(0.5)
         assert worker.is_alive(), f"did not wait for {lock.name}"
+        meanwhile()
     worker.join(10)
     assert not worker.is_alive() and len(results) == 1
     return results[0]
 
 
 def test_testbeds_going_up_at_once_record_the_inotify_limit_one_at_a_time(tmp_path: Path) -> None:
-    # scripts/test brings the 2.21 leg's testbed up beside the suite's: a holder written while
+    # The 2.21 leg's testbed may come up beside a suite's: a holder written while
     # another testbed rewrote the record would be lost, and the limit put back under it.
     from kubegpu.testbed.api import raise_inotify_limit, restore_inotify_limit
 
@@ -193,23 +196,13 @@ def test_a_base_image_is_built_once_by_testbeds_going_up_at_once(
     cache = tmp_path / "cache"
     # Another testbed holds the suite's lock while it builds: this one waits, then finds the
     # image made and builds nothing.
-    lock = cache / ".base-trixie.lock"
-
-    def other_builds_meanwhile() -> image.BaseImage:
-        return image.ensure_base_image(cache, recipe)
-
-    lock.parent.mkdir(parents=True)
-    with open(lock, "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        results: list[image.BaseImage] = []
-        worker = threading.Thread(target=lambda: results.append(other_builds_meanwhile()))
-        worker.start()
-        worker.join(0.5)
-        assert worker.is_alive(), "did not wait for the suite's lock"
-        build(cache, recipe)
-    worker.join(10)
-    assert results and results[0].built is False
-    assert results[0].rootfs == cache / "base-trixie" / "rootfs"
+    found = _blocked_while_locked(
+        cache / ".base-trixie.lock",
+        lambda: image.ensure_base_image(cache, recipe),
+        meanwhile=lambda: build(cache, recipe),
+    )
+    assert isinstance(found, image.BaseImage) and found.built is False
+    assert found.rootfs == cache / "base-trixie" / "rootfs"
     assert builds == ["trixie"]  # only the one this test made as the other testbed
     # With nothing cached and nobody else building, it builds under the lock.
     other = image.Recipe(suite="bookworm", mirror=recipe.mirror)

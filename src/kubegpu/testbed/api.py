@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from kubegpu.testbed import aptrepo, image, network, nodes, services, toolkit_build
+from kubegpu.testbed import aptrepo, gobuild, image, network, nodes, services, toolkit_build
 from kubegpu.testbed._proc import (
     all_pids,
     ancestors,
@@ -523,14 +522,10 @@ def _restore_inotify_limit(holder: Path, path: Path, record: Path) -> int | None
     return original
 
 
-@contextlib.contextmanager
-def _record_locked(record: Path) -> Iterator[None]:
-    """Testbeds that go up and down at the same time (the 2.21 leg's beside the suite's) read
-    and write the record one at a time, so that no holder is lost."""
-    record.parent.mkdir(parents=True, exist_ok=True)
-    with open(record.with_name(record.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+def _record_locked(record: Path) -> contextlib.AbstractContextManager[None]:
+    """Testbeds that go up and down at the same time (the 2.21 leg's beside a suite's) read and
+    write the record one at a time, so that no holder is lost."""
+    return gobuild.locked(record.parent, record.name + ".lock")
 
 
 def _read_json(path: Path) -> dict[str, Any]:

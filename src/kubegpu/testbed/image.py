@@ -6,7 +6,6 @@ steps below) changes: a hash of the recipe is kept in a stamp file beside the ro
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from kubegpu.testbed._proc import run, which, write_file
 from kubegpu.testbed.errors import TestbedInputError
+from kubegpu.testbed.gobuild import locked
 
 SUITES = ("bookworm", "trixie")
 ARCHIVE_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
@@ -123,14 +123,12 @@ def cached_image(cache_dir: Path, recipe: Recipe) -> Path | None:
 
 def ensure_base_image(cache_dir: Path, recipe: Recipe) -> BaseImage:
     """Return the cached base image, building it first when absent or stale. Testbeds that come
-    up at the same time (scripts/test's 2.21 leg beside the suite) build each suite's image
-    once: the build holds that suite's lock, and whoever waited on it finds the image made."""
+    up at the same time (the 2.21 leg's beside a suite's) build each suite's image once: the
+    build holds that suite's lock, and whoever waited on it finds the image made."""
     rootfs = cached_image(cache_dir, recipe)
     if rootfs is not None:
         return BaseImage(rootfs=rootfs, recipe=recipe, built=False, seconds=0.0)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with open(cache_dir / f".base-{recipe.suite}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(cache_dir, f".base-{recipe.suite}.lock"):
         rootfs = cached_image(cache_dir, recipe)
         if rootfs is not None:
             return BaseImage(rootfs=rootfs, recipe=recipe, built=False, seconds=0.0)
