@@ -159,6 +159,15 @@ def format_problems(role: str, given: dict[str, t.Any], rules: t.Mapping[str, t.
                 f"cuda_toolkit_version is {version!r}: it is a CUDA release as major.minor, quoted"
                 f' as a string, of CUDA {", ".join(majors)} (for example "12.8" or "13.0")'
             )
+    elif role == "container_runtime":
+        # No `choices` in the spec: its default is a template (it follows the bootstrap).
+        driver = given.get("container_runtime_cgroup_driver")
+        if driver is not None and driver not in rules["__container_runtime_cgroup_drivers"]:
+            problems.append(
+                f"container_runtime_cgroup_driver is {driver!r}: one of"
+                f" {', '.join(rules['__container_runtime_cgroup_drivers'])} (it follows"
+                " cluster_bootstrap_cgroup_driver where kubegpu bootstraps the cluster)"
+            )
     elif role == "nvidia_container_toolkit":
         version = given.get("nvidia_container_toolkit_version")
         least = str(rules["__nvidia_container_toolkit_min_version"])

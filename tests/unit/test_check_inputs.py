@@ -97,6 +97,11 @@ CASES = [
     ),
     (
         {},
+        {"container_runtime_cgroup_driver": "systemd "},
+        "container_runtime_cgroup_driver is 'systemd ': one of keep, systemd, cgroupfs",
+    ),
+    (
+        {},
         {"container_runtime_restart": "sometimes"},
         "argument 'container_runtime_restart' is of type str and we were unable to convert to bool",
     ),
@@ -181,6 +186,7 @@ def test_good_input_passes_the_controller_check() -> None:
         ("nvidia_driver", {"nvidia_driver_branch": "580", "nvidia_driver_version": "580.95.05"}),
         ("cuda_toolkit", {"cuda_toolkit_version": "12.8"}),
         ("nvidia_container_toolkit", {"nvidia_container_toolkit_version": "1.18.*"}),
+        ("container_runtime", {"container_runtime_cgroup_driver": "systemd"}),
         ("gpu_cluster", {}),
         ("gpu_cluster", {"gpu_cluster_sharing": {"strategy": "time-slicing", "replicas": 4}}),
     ):
