@@ -123,6 +123,19 @@ node_patches:
       description: JSON patch operations.
       type: list
   sample: [{"name": "gpu-1", "patch": [{"op": "add", "path": "/metadata/labels/example.com~1pool", "value": "a"}]}]
+apply:
+  description: >-
+    The manifests this run applies, in order, as one list for one kubernetes.core.k8s call:
+    all of them, except in check mode while gpu_cluster_namespace does not exist yet, when
+    the objects inside it are left out (they cannot be dry-run before their namespace exists;
+    see deferred).
+  returned: success
+  type: list
+  elements: dict
+deferred:
+  description: How many manifests apply leaves out (check mode, namespace not there yet).
+  returned: success
+  type: int
 delete:
   description: >-
     Objects kubegpu created to delete, in order: with state=absent all of them; with
@@ -131,6 +144,13 @@ delete:
   type: list
   elements: dict
   sample: [{"apiVersion": "apps/v1", "kind": "DaemonSet", "namespace": "kube-system", "name": "dcgm-exporter"}]
+delete_definitions:
+  description: >-
+    The same objects as delete, in the same order, as minimal definitions (apiVersion, kind,
+    metadata name and namespace) for one kubernetes.core.k8s call with state=absent.
+  returned: success
+  type: list
+  elements: dict
 missing_nodes:
   description: Nodes named in gpu_cluster_node_labels/node_taints that have not joined the cluster.
   returned: success
@@ -488,6 +508,26 @@ def plan_absent(api, service_monitor_api, crd_api=True):
     }
 
 
+def run_lists(plan, namespace, check_mode):
+    """What one kubernetes.core.k8s call applies and one deletes: the manifests (in check mode
+    without those inside a namespace that is not there yet) and the objects to delete as
+    minimal definitions, each in the plan's order."""
+    apply = plan["manifests"]
+    if check_mode and plan["namespace_missing"]:
+        apply = [m for m in apply if m["metadata"].get("namespace") != namespace]
+    delete = []
+    for ref in plan["delete"]:
+        metadata = {"name": ref["name"]}
+        if ref.get("namespace"):
+            metadata["namespace"] = ref["namespace"]
+        delete.append({"apiVersion": ref["apiVersion"], "kind": ref["kind"], "metadata": metadata})
+    return {
+        "apply": apply,
+        "deferred": len(plan["manifests"]) - len(apply),
+        "delete_definitions": delete,
+    }
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -544,6 +584,7 @@ def main():
         module.fail_json(msg=str(exc), errors=[], status=exc.status)
     finally:
         api.close()
+    plan.update(run_lists(plan, config.get("namespace"), module.check_mode))
     module.exit_json(
         changed=False,
         server_version=version.get("gitVersion"),

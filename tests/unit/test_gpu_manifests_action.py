@@ -135,3 +135,49 @@ def test_nfd_crds_stay_while_objects_others_made_use_them(
     assert [n.split()[1] for n in notes] == kept
     for note in notes:
         assert "that kubegpu did not make use it" in note
+
+
+def test_one_call_applies_the_plan_in_order_and_one_deletes_what_it_prunes() -> None:
+    """run_lists: what the role's single kubernetes.core.k8s calls get. The manifests keep
+    their order (the namespace first); in check mode, while the namespace is not there, the
+    objects inside it are left out and counted; the objects to delete become minimal
+    definitions, a cluster-wide one without a namespace."""
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu"}}
+    sa = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "a", "namespace": "gpu"},
+    }
+    rc = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}}
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b", "namespace": "x"}}
+    plan = {
+        "manifests": [ns, sa, rc, other],
+        "namespace_missing": True,
+        "delete": [
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "namespace": "gpu", "name": "dcgm"},
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "name": "r",
+                "namespace": None,
+            },
+        ],
+    }
+    applied = gpu_manifests.run_lists(plan, "gpu", check_mode=False)
+    assert applied["apply"] == [ns, sa, rc, other] and applied["deferred"] == 0
+    assert applied["delete_definitions"] == [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "dcgm", "namespace": "gpu"},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "r"},
+        },
+    ]
+    checked = gpu_manifests.run_lists(plan, "gpu", check_mode=True)
+    assert checked["apply"] == [ns, rc, other] and checked["deferred"] == 1
+    there = gpu_manifests.run_lists(dict(plan, namespace_missing=False), "gpu", check_mode=True)
+    assert there["apply"] == [ns, sa, rc, other] and there["deferred"] == 0
