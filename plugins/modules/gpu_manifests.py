@@ -255,7 +255,11 @@ def _ref_key(ref):
 
 
 def owned_objects(api, service_monitor_api, crd_api=True):
-    """Every object with kubegpu's labels, in deletion order (kinds the server serves)."""
+    """Every object with kubegpu's labels, in deletion order (kinds the server serves), less
+    those a controller owns: a DaemonSet's or Deployment's pods carry their template's labels,
+    and Kubernetes' garbage collector deletes them with their owner. Deleting them too would
+    race it (a pod read just before the collector deletes it is gone when the delete comes:
+    404)."""
     dra_api = api.has_resource(*DRA_API)
     found = []
     for api_version, kind in DELETE_ORDER:
@@ -267,6 +271,8 @@ def owned_objects(api, service_monitor_api, crd_api=True):
             continue
         for obj in api.list(object_path(api_version, kind), OWNED_SELECTOR):
             meta = obj.get("metadata") or {}
+            if any(ref.get("controller") for ref in meta.get("ownerReferences") or []):
+                continue
             found.append(
                 {
                     "apiVersion": api_version,

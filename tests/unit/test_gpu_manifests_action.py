@@ -181,3 +181,40 @@ def test_one_call_applies_the_plan_in_order_and_one_deletes_what_it_prunes() -> 
     assert checked["apply"] == [ns, rc, other] and checked["deferred"] == 1
     there = gpu_manifests.run_lists(dict(plan, namespace_missing=False), "gpu", check_mode=True)
     assert there["apply"] == [ns, sa, rc, other] and there["deferred"] == 0
+
+
+class ServingDouble(ListingDouble):
+    """ListingDouble that serves every kind owned_objects asks about."""
+
+    def has_resource(self, api_version: str, plural: str) -> bool:
+        return True
+
+
+def test_what_a_controller_owns_is_left_to_the_garbage_collector() -> None:
+    """A DaemonSet's pod carries the template's (kubegpu's) labels, but its DaemonSet owns it:
+    reset and prune delete the DaemonSet and leave the pod to Kubernetes' garbage collector
+    (deleting it as well raced the collector: 404). A pod kubegpu made itself is deleted."""
+    from ansible_collections.kubegpu.gpu.plugins.module_utils.cluster_api import object_path
+
+    daemonset = {"metadata": {"name": "nvidia-device-plugin", "namespace": "gpu"}}
+    owned_pod = {
+        "metadata": {
+            "name": "nvidia-device-plugin-x7k2p",
+            "namespace": "gpu",
+            "ownerReferences": [
+                {"kind": "DaemonSet", "name": "nvidia-device-plugin", "controller": True}
+            ],
+        }
+    }
+    own_pod = {"metadata": {"name": "kubegpu-smoke", "namespace": "gpu"}}
+    api = ServingDouble(
+        {
+            object_path("apps/v1", "DaemonSet"): [daemonset],
+            object_path("v1", "Pod"): [owned_pod, own_pod],
+        }
+    )
+    found = gpu_manifests.owned_objects(api, service_monitor_api=False)
+    assert [(r["kind"], r["name"]) for r in found] == [
+        ("DaemonSet", "nvidia-device-plugin"),
+        ("Pod", "kubegpu-smoke"),
+    ]
