@@ -10,7 +10,8 @@ works with both shapes of ApiClient.call_api: up to 36.x it built and sent a req
 param_serialize builds the request, call_api(method, url, ...) sends it and returns the response
 unread, and HTTP errors are the caller's to raise.
 Connection problems become ClusterApiError with a message that says what to check; the
-kubeconfig's content never appears in a message.
+kubeconfig's content never appears in a message. A request the server asks to have sent again
+(HTTP 429 or 5xx with a Retry-After header) is, after that wait, as client-go does.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -18,6 +19,7 @@ from __future__ import absolute_import, division, print_function
 import contextlib
 import json
 import os
+import time
 
 __metaclass__ = type
 
@@ -128,6 +130,29 @@ def object_path(api_version, kind, name=None, namespace=None):
     return path
 
 
+# A request the server turns away with a Retry-After header is sent again after the wait it
+# names, up to this many times (client-go's default): HTTP 429 while the watch cache of a kind
+# starts up ("storage is (re)initializing", right after its CRD is made, a server restart) or
+# while API Priority and Fairness throttles; 5xx from a server that is shedding load. The server
+# did not act on such a request, so sending it again is safe whatever its verb.
+MAX_RETRIES = 10
+MAX_RETRY_WAIT_S = 30
+
+
+def retry_after(exc):
+    """Seconds the server asks the client to wait before sending the request again, or None
+    when the answer is not one to retry (no Retry-After, or a status other than 429 or 5xx)."""
+    status = getattr(exc, "status", None) or 0
+    if status != 429 and status < 500:
+        return None
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        seconds = int(str(headers.get("Retry-After", "")).strip())
+    except ValueError:
+        return None
+    return min(max(seconds, 0), MAX_RETRY_WAIT_S)
+
+
 def _api_message(exc):
     try:
         body = json.loads(exc.body or "{}")
@@ -177,15 +202,20 @@ class ClusterApi:
         headers = {"Accept": "application/json" if not raw else "*/*"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
-        try:
-            content = self._send(method, path, list((query or {}).items()), headers, body)
-        except ApiException:
-            raise
-        except Exception as exc:  # urllib3 MaxRetryError, timeouts, TLS errors
-            raise ClusterApiError(
-                "cannot reach the API server at %s within %ss: %s"
-                % (self.host, self.timeout, _clean(exc))
-            ) from exc
+        for attempt in range(MAX_RETRIES + 1):
+            try:
+                content = self._send(method, path, list((query or {}).items()), headers, body)
+                break
+            except ApiException as exc:
+                wait = retry_after(exc)
+                if wait is None or attempt == MAX_RETRIES:
+                    raise
+                time.sleep(wait)
+            except Exception as exc:  # urllib3 MaxRetryError, timeouts, TLS errors
+                raise ClusterApiError(
+                    "cannot reach the API server at %s within %ss: %s"
+                    % (self.host, self.timeout, _clean(exc))
+                ) from exc
         data = content.decode("utf-8", "replace")
         if raw:
             return data
