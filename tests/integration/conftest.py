@@ -19,6 +19,10 @@ Default layout (each overridable through the environment):
   (node), bridge (kgtb0) and subnet (10.213.0.0/24), so two sessions on one machine can each
   have a testbed. Node names in the two lists above use the prefix's numbering (node2 is the
   second node whatever the prefix).
+
+Under pytest-xdist every worker is a session of its own, with its own testbeds and test cluster:
+worker gw0 keeps the settings above, and worker gwN (N > 0) gets them moved by
+`worker_environment` before any fixture reads them.
 """
 
 from __future__ import annotations
@@ -26,13 +30,45 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
 from kubegpu.testbed import TestbedConfig, TestbedState, down, load_state, up
-from kubegpu.testbed.config import DEFAULT_BRIDGE, DEFAULT_PREFIX, DEFAULT_SUBNET, default_state_dir
+from kubegpu.testbed.config import (
+    DEFAULT_BRIDGE,
+    DEFAULT_PREFIX,
+    DEFAULT_STATE,
+    DEFAULT_SUBNET,
+    default_state_dir,
+)
+
+
+def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The testbed settings pytest-xdist's worker gwN (N > 0) runs with, derived from the
+    session's: bridge <bridge>wN, the subnet's second octet plus N, prefix wN<prefix> and state
+    <state>-wN. Every testbed a test file brings up is derived from these (the derived testbeds
+    of numbers 1 to 9, test_testbed's own small ones), so no two workers ever share a bridge, a
+    subnet, a node name or a state folder. Empty for gw0 and for a run without xdist."""
+    found = re.fullmatch(r"gw(\d+)", environ.get("PYTEST_XDIST_WORKER", ""))
+    n = int(found.group(1)) if found else 0
+    if n == 0:
+        return {}
+    subnet = ipaddress.ip_network(environ.get("KUBEGPU_TESTBED_SUBNET", DEFAULT_SUBNET))
+    octets = str(subnet.network_address).split(".")
+    octets[1] = str((int(octets[1]) + n) % 256)
+    state = environ.get("KUBEGPU_TESTBED_STATE") or str(DEFAULT_STATE)
+    return {
+        "KUBEGPU_TESTBED_BRIDGE": environ.get("KUBEGPU_TESTBED_BRIDGE", DEFAULT_BRIDGE) + f"w{n}",
+        "KUBEGPU_TESTBED_SUBNET": ".".join(octets) + f"/{subnet.prefixlen}",
+        "KUBEGPU_TESTBED_PREFIX": f"w{n}" + environ.get("KUBEGPU_TESTBED_PREFIX", DEFAULT_PREFIX),
+        "KUBEGPU_TESTBED_STATE": f"{state}-w{n}",
+    }
+
+
+os.environ.update(worker_environment(os.environ))
 
 DEFAULT_SIMULATED = "node2=telegraf-tesla-t4-515"
 DEFAULT_CONTAINERS = "node3"

@@ -368,6 +368,17 @@ def test_an_offline_converge_asks_the_mirrors_first_and_installs_from_them(
         "gpu_tenancy_workload_pytorch_image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime@"
         + mirror["digests"]["pytorch"][0],
     }
+    # The nodes are shared by the session: another test may have left the toolkit installed,
+    # or a source of the testbed's repository under another keyring (which apt refuses next to
+    # the role's). Start from a node with neither, and leave it so.
+    clean = (
+        f"grep -l -r -F '{testbed.vendor_repo_url}' /etc/apt/sources.list.d | xargs -r rm -f; "
+        "grep -l -r -F libnvidia-container /etc/apt/preferences.d | xargs -r rm -f; "
+        f"printf '%s purge\\n' {' '.join(TOOLKIT)} | dpkg --set-selections 2>/dev/null; "
+        f"dpkg --purge {' '.join(TOOLKIT)} >/dev/null 2>&1; rm -f {' '.join(TOOLKIT_FILES)} "
+        "/var/lib/kubegpu/keys/kubegpu-nvidia-container-toolkit.*"
+    )
+    assert ssh(clean).returncode == 0
     try:
         other = "sha256:" + "2" * 64
         bad = _site(testbed, node, tmp_path, dict(offline, gpu_cluster_dcgm_exporter_digest=other))
@@ -392,9 +403,4 @@ def test_an_offline_converge_asks_the_mirrors_first_and_installs_from_them(
         assert again.returncode == 0, again.stdout[-3000:]
         assert "changed=0" in _recap(again.stdout)[node], again.stdout[-3000:]
     finally:
-        # Leave the node as the other tests expect it: no toolkit, no repository of the role's.
-        ssh(
-            f"printf '%s purge\\n' {' '.join(TOOLKIT)} | dpkg --set-selections 2>/dev/null; "
-            f"dpkg --purge {' '.join(TOOLKIT)} >/dev/null 2>&1; rm -f {' '.join(TOOLKIT_FILES)} "
-            "/var/lib/kubegpu/keys/kubegpu-nvidia-container-toolkit.*"
-        )
+        ssh(clean)

@@ -16,6 +16,7 @@ import pytest
 from kubegpu.testbed import TestbedConfig, TestbedState, down, load_state, up
 from kubegpu.testbed._proc import mounts, read_cmdline
 from kubegpu.testbed.nodes import cgroup_name
+from tests.integration.conftest import derived_testbed_config, worker_environment
 from tests.integration.conftest import testbed_config as session_testbed_config
 
 pytestmark = pytest.mark.integration
@@ -383,23 +384,34 @@ def _node_netns(state: TestbedState) -> set[str]:
     return found
 
 
+def _in_another_testbed(pid: int, own: str) -> bool:
+    """Whether the process runs in a node of another testbed (its cgroup says so). The kernel
+    hands a freed namespace's inode number to the next namespace made, so another testbed
+    coming up at the same time (another pytest-xdist worker's) can own a netns of that number."""
+    try:
+        cgroups = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return False
+    return "kubegpu-testbed-" in cgroups and own not in cgroups
+
+
 def _leftovers(state_dir: Path, bridge: str, names: tuple[str, ...], netns: set[str]) -> list[str]:
     found = []
     marker = str(state_dir)
+    prefix = cgroup_name(state_dir, "")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         pid = int(entry)
         if any(marker in a for a in read_cmdline(pid)) and pid != os.getpid():
             found.append(f"process {pid} {read_cmdline(pid)[:3]}")
-        if _netns(pid) in netns:
-            found.append(f"process {pid} in a node's network namespace")
+        if _netns(pid) in netns and not _in_another_testbed(pid, prefix):
+            found.append(f"process {pid} {read_cmdline(pid)[:3]} in a node's network namespace")
     found += [f"mount {p}" for _s, p, _t in mounts() if p.startswith(marker)]
     links = os.listdir("/sys/class/net")
     found += [
         f"link {link}" for link in links if link == bridge or link in {f"vb-{n}" for n in names}
     ]
-    prefix = cgroup_name(state_dir, "")
     for top in ("systemd", "unified", "memory", "pids"):
         root = Path("/sys/fs/cgroup", top)
         if root.is_dir():
@@ -421,6 +433,49 @@ def _own_testbed(name: str, offset: int) -> TestbedConfig:
         bridge=f"kgtb{name}0",
         state_dir=Path(f"/run/kubegpu-testbed-{name}"),
     )
+
+
+def test_each_xdist_worker_brings_up_testbeds_no_other_worker_touches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Worker gw0 keeps the session's settings, gwN moves them; no bridge, subnet, node name or
+    state folder of one worker's testbeds (the session's, the nine derived ones and
+    test_testbed's own) is another's."""
+    assert worker_environment({}) == worker_environment({"PYTEST_XDIST_WORKER": "gw0"}) == {}
+    assert worker_environment({"PYTEST_XDIST_WORKER": "gw1"}) == {
+        "KUBEGPU_TESTBED_BRIDGE": "kgtb0w1",
+        "KUBEGPU_TESTBED_SUBNET": "10.214.0.0/24",
+        "KUBEGPU_TESTBED_PREFIX": "w1node",
+        "KUBEGPU_TESTBED_STATE": "/run/kubegpu-testbed-w1",
+    }
+    given = {
+        "KUBEGPU_TESTBED_BRIDGE": "kgmy",
+        "KUBEGPU_TESTBED_SUBNET": "10.77.1.0/24",
+        "KUBEGPU_TESTBED_PREFIX": "m",
+        "KUBEGPU_TESTBED_STATE": "/run/kubegpu-my",
+    }
+    assert worker_environment({**given, "PYTEST_XDIST_WORKER": "gw2"}) == {
+        "KUBEGPU_TESTBED_BRIDGE": "kgmyw2",
+        "KUBEGPU_TESTBED_SUBNET": "10.79.1.0/24",
+        "KUBEGPU_TESTBED_PREFIX": "w2m",
+        "KUBEGPU_TESTBED_STATE": "/run/kubegpu-my-w2",
+    }
+    taken: dict[str, set[str]] = {}
+    for worker in ("gw0", "gw1", "gw2"):
+        for name in given:
+            monkeypatch.delenv(name, raising=False)
+        for name, value in worker_environment({"PYTEST_XDIST_WORKER": worker}).items():
+            monkeypatch.setenv(name, value)
+        configs = [session_testbed_config()]
+        configs += [derived_testbed_config(n, f"d{n}", "trixie") for n in range(1, 10)]
+        parts = [p for c in configs for p in (c.bridge, c.subnet, str(c.state_dir), *c.node_names)]
+        # test_testbed's own (bridge, state and names fixed, its file on one worker): the subnet.
+        parts += [_own_testbed("dn", 1).subnet, _own_testbed("cr", 2).subnet]
+        mine = set(parts)
+        assert len(mine) == len(parts), sorted(parts)
+        for other, theirs in taken.items():
+            assert not mine & theirs, (worker, other, sorted(mine & theirs))
+        taken[worker] = mine
 
 
 def test_down_leaves_no_process_mount_link_or_namespace(testbed: TestbedState) -> None:
