@@ -12,12 +12,15 @@ package unpacked with dpkg-deb -x), the version 2/3 cases run against that one t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -88,11 +91,36 @@ def snapshot(root: Path) -> dict[str, bytes]:
     }
 
 
+@contextlib.contextmanager
+def own_scratch_root(factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A temporary folder of the caller's own as TMPDIR (and as tempfile's, for module code run
+    in this process): the module's scratch containerd folders and processes land there, so
+    leftovers() sees the caller's and never another pytest-xdist worker's. A short path under
+    /tmp, since the scratch containerd's socket inside it must fit a unix socket address.
+    pytest's own temporary folders are placed first, under the usual root."""
+    factory.getbasetemp()
+    root = Path(tempfile.mkdtemp(prefix="kg-"))
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("TMPDIR", str(root))
+            patch.setattr(tempfile, "tempdir", str(root))
+            yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def scratch_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with own_scratch_root(tmp_path_factory) as root:
+        yield root
+
+
 def leftovers() -> list[str]:
     """Scratch directories and scratch containerd processes the module might have left."""
-    dirs = [str(p) for p in Path("/tmp").glob("kubegpu-containerd-*")]
-    procs = sh("pgrep", "-af", "containerd --config /tmp/kubegpu-containerd-").stdout.split("\n")
-    return dirs + [p for p in procs if p.strip() and "pgrep" not in p]
+    root = tempfile.gettempdir()
+    dirs = [str(p) for p in Path(root).glob("kubegpu-containerd-*")]
+    procs = sh("pgrep", "-af", f"containerd --config {root}/kubegpu-containerd-").stdout
+    return dirs + [p for p in procs.split("\n") if p.strip() and "pgrep" not in p]
 
 
 @pytest.fixture()

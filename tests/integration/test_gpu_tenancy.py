@@ -616,11 +616,11 @@ def test_smoke_times_out_on_an_unschedulable_pod_and_still_cleans_up(
     assert result.outcome == "timeout", result
     assert result.detail.startswith(f"gave up waiting: pod {result.job}-"), result.detail
     assert " Pending; unschedulable: " in result.detail, result.detail
-    # The scheduler's word: no node at all, or none (a registered Node of another test) with a
-    # free nvidia.com/gpu.
+    # The scheduler's word: no node at all, or none (a Node another test file of this session
+    # registered) with a free nvidia.com/gpu or without a taint the pod does not tolerate.
     assert re.search(
         r"unschedulable: (no nodes available to schedule pods$"
-        r"|0/\d+ nodes are available: .*Insufficient nvidia\.com/gpu)",
+        r"|0/\d+ nodes are available: .*(Insufficient nvidia\.com/gpu|untolerated taint))",
         result.detail,
     ), result.detail
     assert f"Job {SMOKE_NAMESPACE}/{result.job}" in result.deleted

@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.test_containerd_host import DEBIAN_PACKAGE_CONFIG, args_for
+from tests.integration.test_containerd_host import (
+    DEBIAN_PACKAGE_CONFIG,
+    args_for,
+    own_scratch_root,
+)
 from tests.unit.test_piped_facts import adhoc, both_ways, comparable
 
 pytestmark = pytest.mark.integration
@@ -33,7 +38,7 @@ DOTFILE = (
 
 
 def scratch_folders() -> set[str]:
-    return {str(p) for p in Path("/tmp").glob("kubegpu-containerd-*")}
+    return {str(p) for p in Path(tempfile.gettempdir()).glob("kubegpu-containerd-*")}
 
 
 @pytest.fixture(scope="module")
@@ -87,16 +92,18 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     (dotted / "config.d").mkdir()
     (dotted / "config.d" / "99-nvidia.toml").write_text("version = 2\n")
 
-    before = scratch_folders()
-    check = ("--check", "--diff")
-    runs = both_ways(
-        tmp,
-        "containerd_runtime",
-        args,
-        module_runs=tuple(MODULE_RUNS),
-        flags={"check-change": check, "absent": check},
-    )
-    return {"runs": runs, "left": scratch_folders() - before}
+    # Scratch folders in a TMPDIR of these runs' own: none of another pytest-xdist worker's.
+    with own_scratch_root(tmp_path_factory):
+        before = scratch_folders()
+        check = ("--check", "--diff")
+        runs = both_ways(
+            tmp,
+            "containerd_runtime",
+            args,
+            module_runs=tuple(MODULE_RUNS),
+            flags={"check-change": check, "absent": check},
+        )
+        return {"runs": runs, "left": scratch_folders() - before}
 
 
 @pytest.mark.parametrize("case", ANSWERED + MODULE_RUNS)
