@@ -202,9 +202,10 @@ class ClusterApi:
         headers = {"Accept": "application/json" if not raw else "*/*"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
+        params = list((query or {}).items())
         for attempt in range(MAX_RETRIES + 1):
             try:
-                content = self._send(method, path, list((query or {}).items()), headers, body)
+                content = self._send(method, path, params, headers, body)
                 break
             except ApiException as exc:
                 wait = retry_after(exc)

@@ -31,7 +31,7 @@ import dataclasses
 import ipaddress
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -49,9 +49,10 @@ from kubegpu.testbed.config import (
 def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The testbed settings pytest-xdist's worker gwN (N > 0) runs with, derived from the
     session's: bridge <bridge>wN, the subnet's second octet plus N, prefix wN<prefix> and state
-    <state>-wN. Every testbed a test file brings up is derived from these (the derived testbeds
-    of numbers 1 to 9, test_testbed's own small ones), so no two workers ever share a bridge, a
-    subnet, a node name or a state folder. Empty for gw0 and for a run without xdist."""
+    <state>-wN. The derived testbeds (numbers 1 to 9, the bootstrap's) follow, so no two workers
+    share a bridge, a subnet, a node name or a state folder; test_testbed's own small testbeds
+    take their subnet from these (their fixed bridge and names stay with that file's worker).
+    Empty for gw0 and for a run without xdist."""
     found = re.fullmatch(r"gw(\d+)", environ.get("PYTEST_XDIST_WORKER", ""))
     n = int(found.group(1)) if found else 0
     if n == 0:
@@ -69,6 +70,21 @@ def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 os.environ.update(worker_environment(os.environ))
+
+
+def toolkit_purge_script(vendor_repo_url: str, packages: Iterable[str]) -> str:
+    """Shell that takes NVIDIA's container toolkit off a node the session shares: every APT
+    source of the testbed's repository (apt refuses one repository under two keyrings), every
+    pin of libnvidia-container, and the packages, through dpkg itself (apt refuses names it does
+    not know, on a node that never had them; the selection 'purge' lifts a hold first)."""
+    names = " ".join(packages)
+    return (
+        f"grep -l -r -F '{vendor_repo_url}' /etc/apt/sources.list.d | xargs -r rm -f; "
+        "grep -l -r -F libnvidia-container /etc/apt/preferences.d | xargs -r rm -f; "
+        f"printf '%s purge\\n' {names} | dpkg --set-selections 2>/dev/null; "
+        f"dpkg --purge {names} >/dev/null 2>&1"
+    )
+
 
 DEFAULT_SIMULATED = "node2=telegraf-tesla-t4-515"
 DEFAULT_CONTAINERS = "node3"

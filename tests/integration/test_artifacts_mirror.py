@@ -23,6 +23,7 @@ import yaml
 
 from kubegpu.testbed import aptrepo
 from tests import registry as reg
+from tests.integration.conftest import toolkit_purge_script
 from tests.processes import die_with_parent, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -372,11 +373,8 @@ def test_an_offline_converge_asks_the_mirrors_first_and_installs_from_them(
     # or a source of the testbed's repository under another keyring (which apt refuses next to
     # the role's). Start from a node with neither, and leave it so.
     clean = (
-        f"grep -l -r -F '{testbed.vendor_repo_url}' /etc/apt/sources.list.d | xargs -r rm -f; "
-        "grep -l -r -F libnvidia-container /etc/apt/preferences.d | xargs -r rm -f; "
-        f"printf '%s purge\\n' {' '.join(TOOLKIT)} | dpkg --set-selections 2>/dev/null; "
-        f"dpkg --purge {' '.join(TOOLKIT)} >/dev/null 2>&1; rm -f {' '.join(TOOLKIT_FILES)} "
-        "/var/lib/kubegpu/keys/kubegpu-nvidia-container-toolkit.*"
+        toolkit_purge_script(testbed.vendor_repo_url, TOOLKIT)
+        + f"; rm -f {' '.join(TOOLKIT_FILES)} /var/lib/kubegpu/keys/kubegpu-nvidia-container-toolkit.*"
     )
     assert ssh(clean).returncode == 0
     try:

@@ -16,7 +16,11 @@ import pytest
 from kubegpu.testbed import TestbedConfig, TestbedState, down, load_state, up
 from kubegpu.testbed._proc import mounts, read_cmdline
 from kubegpu.testbed.nodes import cgroup_name
-from tests.integration.conftest import derived_testbed_config, worker_environment
+from tests.integration.conftest import (
+    derived_testbed_config,
+    toolkit_purge_script,
+    worker_environment,
+)
 from tests.integration.conftest import testbed_config as session_testbed_config
 
 pytestmark = pytest.mark.integration
@@ -204,14 +208,7 @@ def toolkit_installed(
     # The nodes are shared by the session: an earlier test may have installed (and held) the
     # toolkit through the role, with a source for the same repository under another keyring,
     # which apt refuses next to this one. Start from nodes without either.
-    clean = (
-        f"grep -l -r -F '{testbed.vendor_repo_url}' /etc/apt/sources.list.d | xargs -r rm -f; "
-        "grep -l -r -F libnvidia-container /etc/apt/preferences.d | xargs -r rm -f; "
-        # dpkg itself, as apt refuses names it does not know (a node that never had them):
-        # the selection 'purge' lifts a hold, then the packages go.
-        f"printf '%s purge\\n' {' '.join(TOOLKIT_PACKAGES)} | dpkg --set-selections 2>/dev/null; "
-        f"dpkg --purge {' '.join(TOOLKIT_PACKAGES)} >/dev/null 2>&1"
-    )
+    clean = toolkit_purge_script(testbed.vendor_repo_url, TOOLKIT_PACKAGES)
     for node in testbed.node_names:
         proc = _ssh(testbed, node, clean)
         assert proc.returncode == 0, proc.stdout + proc.stderr
